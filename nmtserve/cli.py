@@ -1,0 +1,146 @@
+"""``nmtserve``: export | serve | translate | train | bench.
+
+Sub-commands import their dependencies lazily, so ``nmtserve --help`` is instant and a
+client-only install (no torch) can still run ``nmtserve translate --url ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+
+
+def _add_search_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("decoding")
+    g.add_argument("--beam-size", type=int, default=None, help="beam width (default: the model's, 4)")
+    g.add_argument("--nbest", type=int, default=1, help="hypotheses per sentence (<= beam size)")
+    g.add_argument("--length-penalty", type=float, default=None, help="score = sum log p / length**alpha (default 1.0)")
+    g.add_argument("--max-length", type=int, default=None, help="max generated tokens per sentence")
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from .model.train import TrainOptions, train
+
+    opts = TrainOptions(output=Path(args.output), max_minutes=args.minutes, train_size=args.train_size, seed=args.seed)
+    train(opts)
+    if not args.no_eval:
+        from .model.evaluate import evaluate_checkpoint
+
+        evaluate_checkpoint(Path(args.output), beam_size=4, write=True)
+    return EXIT_OK
+
+
+def _cmd_translate(args: argparse.Namespace) -> int:
+    if args.checkpoint:
+        from .model.local import translate_local
+
+        return translate_local(args)
+    from .client.cli import translate_remote
+
+    return translate_remote(args)
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from .model.evaluate import evaluate_checkpoint
+
+    evaluate_checkpoint(Path(args.checkpoint), beam_size=args.beam_size or 4, write=args.write)
+    return EXIT_OK
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from .export.cli import export_main
+
+    return export_main(args)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from .server.cli import serve_main
+
+    return serve_main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nmtserve",
+        description="Serve encoder-decoder Transformer translation models on NVIDIA Triton.",
+        epilog="Run 'nmtserve COMMAND --help' for a command's options.",
+    )
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("train", help="train the demo model on a generated English->French corpus (CPU)")
+    p.add_argument("--output", "-o", default="models/en-fr-numbers", help="checkpoint directory to write")
+    p.add_argument("--minutes", type=float, default=18.0, help="wall-clock training budget")
+    p.add_argument("--train-size", type=int, default=200_000, help="training pairs to generate")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--no-eval", action="store_true", help="skip the test-set evaluation")
+    p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser("evaluate", help="exact match and BLEU of a checkpoint on its test set")
+    p.add_argument("checkpoint")
+    p.add_argument("--beam-size", type=int, default=4)
+    p.add_argument("--write", action="store_true", help="write eval.json into the checkpoint")
+    p.set_defaults(func=_cmd_evaluate)
+
+    p = sub.add_parser(
+        "translate", help="translate lines of text (from FILEs or stdin) via a server or a local checkpoint",
+        description="Reads lines from FILEs or stdin, writes one translation per line (blank stays blank).",
+    )
+    p.add_argument("files", nargs="*", metavar="FILE")
+    p.add_argument("--checkpoint", help="translate locally with the PyTorch reference decode (no server)")
+    p.add_argument("--url", default="localhost:8001", help="server address (gRPC default port 8001, HTTP 8000)")
+    p.add_argument("--protocol", choices=["grpc", "http"], default="grpc")
+    p.add_argument("--model", default="translate", help="Triton model name")
+    p.add_argument("--json", action="store_true", help="JSON lines with scores (and n-best)")
+    p.add_argument("--batch-size", type=int, default=32, help="sentences per request")
+    p.add_argument("--concurrency", type=int, default=4, help="requests in flight")
+    p.add_argument("--timeout", type=float, default=60.0, help="per-request timeout, seconds")
+    p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+    _add_search_options(p)
+    p.set_defaults(func=_cmd_translate)
+
+    p = sub.add_parser("export", help="export a checkpoint to ONNX (+TensorRT) and write a Triton model repository")
+    p.set_defaults(func=_cmd_export, export_parser=p)
+    p.add_argument("checkpoint", help="nmtserve checkpoint or Hugging Face Marian directory")
+    p.add_argument("--repository", "-r", default="model_repository", help="Triton model repository to write")
+    p.add_argument("--name", default="translate", help="name of the ensemble model")
+    p.add_argument("--target", choices=["cpu", "gpu"], default="cpu")
+    p.add_argument("--fp16", action="store_true", help="also export fp16 graphs (GPU)")
+    p.add_argument("--max-batch", type=int, default=64, help="max sentences per decoding batch")
+    p.add_argument("--max-source-len", type=int, default=256, help="max source tokens")
+    p.add_argument("--max-target-len", type=int, default=256, help="max generated tokens")
+    p.add_argument("--beam-size", type=int, default=4, help="default beam width served")
+    p.add_argument("--parity-sentences", type=int, default=50, help="sentences in the ONNX-vs-PyTorch parity check")
+    p.add_argument("--skip-parity", action="store_true", help="skip the parity check (not recommended)")
+
+    p = sub.add_parser("serve", help="start the embedded CPU tritonserver on a model repository")
+    p.add_argument("--model-repository", default="model_repository")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (loopback by default)")
+    p.add_argument("--http-port", type=int, default=8000)
+    p.add_argument("--grpc-port", type=int, default=8001)
+    p.add_argument("--metrics-port", type=int, default=8002)
+    p.add_argument("--log-verbose", type=int, default=0)
+    p.set_defaults(func=_cmd_serve)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2) if args.verbose else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""Beam search (and greedy search = beam 1) over an abstract step function, in numpy.
+
+This is the one search used everywhere: the PyTorch reference decode, ONNX Runtime, TensorRT
+and the Triton ``generate`` model all plug a ``StepModel`` into ``beam_search``.
+
+Scoring and stopping follow Hugging Face ``transformers`` (``generate(num_beams=K)``), so results
+compare token for token:
+
+* a step's candidates are the top ``2K`` of ``running score + log p(token)`` over all ``K x V``
+  continuations of a sentence (ties: lower beam, then lower token id first);
+* a candidate ending in EOS finishes only if it ranks in the top ``K``; its score is
+  ``sum of log-probs (EOS included) / generated_length ** length_penalty`` where
+  ``generated_length`` counts generated tokens including EOS (not the decoder start token);
+* the top ``K`` non-EOS candidates are the next running beams;
+* a sentence keeps its best ``n_finished = round(K * patience)`` finished hypotheses and is done
+  when it has ``n_finished`` of them and (``early_stopping=False``) the best running beam,
+  normalised by the current generated length, cannot beat the worst of them — or immediately
+  (``early_stopping=True``); ``early_stopping="never"`` normalises the best running beam by the
+  maximum length instead when ``length_penalty > 0`` (a true bound, slower);
+* when a sentence reaches its maximum length, its top-``K`` candidates of that last step finish
+  whatever their token, normalised by that length;
+* below ``min_length`` generated tokens EOS has probability 0.
+
+``patience`` is CTranslate2's: 1.0 is the transformers rule; larger values search longer.
+Finished sentences leave the running batch at once, so the step model computes only live rows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import numpy as np
+
+# transformers starts beams 1..K-1 at -1e9 so the first step expands beam 0 only; a finite
+# value keeps degenerate tiny vocabularies (V < 2K) well defined.
+_INITIAL_OTHER_BEAMS = -1e9
+
+
+class StepModel(Protocol):
+    """What the search needs from a model: a step function over a cache it owns."""
+
+    def step(self, tokens: np.ndarray, parents: np.ndarray | None, batch_index: np.ndarray | None) -> np.ndarray:
+        """Run one decoding step.
+
+        tokens: (b, K) int64, the last token of every hypothesis.
+        parents: (b, K) index of each hypothesis' parent among the previous call's K
+            hypotheses of the same sentence; None on the first call.
+        batch_index: (b,) the previous call's row of each sentence still decoding; None on the
+            first call.
+        Returns log-probabilities (b, K, V), float32 or float64.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Decoding options. Lengths count generated target tokens, EOS included."""
+
+    beam_size: int = 4
+    length_penalty: float = 1.0
+    # Maximum generated length per sentence: min(max_length, a * source_length + b).
+    max_length: int = 256
+    max_length_a: float = 0.0
+    max_length_b: int | None = None
+    min_length: int = 0
+    num_hypotheses: int = 1
+    early_stopping: bool | Literal["never"] = False
+    patience: float = 1.0
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.beam_size < 1:
+            problems.append(f"beam_size must be >= 1, got {self.beam_size}")
+        if not 1 <= self.num_hypotheses <= self.beam_size:
+            problems.append(f"num_hypotheses must be between 1 and beam_size={self.beam_size}, got {self.num_hypotheses}")
+        if self.max_length < 1:
+            problems.append(f"max_length must be >= 1, got {self.max_length}")
+        if self.min_length < 0 or self.min_length >= self.max_length:
+            problems.append(f"min_length must be in [0, max_length), got {self.min_length}")
+        if self.patience <= 0:
+            problems.append(f"patience must be > 0, got {self.patience}")
+        if not math.isfinite(self.length_penalty):
+            problems.append("length_penalty must be finite")
+        if self.max_length_a < 0 or (self.max_length_b is not None and self.max_length_b < 1):
+            problems.append("max_length_a must be >= 0 and max_length_b >= 1")
+        if self.early_stopping not in (True, False, "never"):
+            problems.append(f"early_stopping must be True, False or 'never', got {self.early_stopping!r}")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def max_length_for(self, source_length: int) -> int:
+        if self.max_length_b is None:
+            return self.max_length
+        return max(1, min(self.max_length, int(self.max_length_a * source_length + self.max_length_b)))
+
+    @property
+    def n_finished(self) -> int:
+        return max(1, round(self.beam_size * self.patience))
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # generated tokens, EOS included when the hypothesis ended with it
+    score: float  # normalised: sum_logprobs / len ** length_penalty
+    sum_logprobs: float
+
+
+@dataclass
+class _Finished:
+    capacity: int
+    hyps: list[Hypothesis] = field(default_factory=list)
+
+    def worst(self) -> float:
+        return min(h.score for h in self.hyps) if len(self.hyps) >= self.capacity else -math.inf
+
+    def add(self, hyp: Hypothesis) -> None:
+        if len(self.hyps) < self.capacity or hyp.score > self.worst():
+            self.hyps.append(hyp)
+            if len(self.hyps) > self.capacity:
+                # Drop the worst; on equal scores the earlier one stays (stable sort).
+                self.hyps.sort(key=lambda h: -h.score)
+                self.hyps.pop()
+
+
+def _topk_desc(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest entries per row, best first; ties go to the lower index."""
+    k = min(k, scores.shape[1])
+    if k < scores.shape[1]:
+        part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+        # argpartition may cut through a tie at the boundary: widen to every entry >= the kth.
+        kth = np.take_along_axis(scores, part, axis=1).min(axis=1, keepdims=True)
+        idx = []
+        for row, threshold in zip(scores, kth[:, 0], strict=True):
+            cand = np.flatnonzero(row >= threshold)
+            order = np.lexsort((cand, -row[cand]))
+            idx.append(cand[order][:k])
+        return np.stack(idx)
+    return np.argsort(-scores, axis=1, kind="stable")[:, :k]
+
+
+def beam_search(
+    model: StepModel,
+    batch_size: int,
+    source_lengths: np.ndarray | list[int],
+    options: SearchOptions,
+    *,
+    bos_id: int,
+    eos_id: int,
+) -> list[list[Hypothesis]]:
+    """Decode ``batch_size`` sentences; returns, per sentence, its best hypotheses (best first).
+
+    Each sentence's result is independent of the others in the batch.
+    """
+    k, lp = options.beam_size, options.length_penalty
+    source_lengths = np.asarray(source_lengths)
+    max_lens = np.array([options.max_length_for(int(n)) for n in source_lengths])
+    finished = [_Finished(options.n_finished) for _ in range(batch_size)]
+    active = np.arange(batch_size)  # original index of each live row
+    seqs = np.full((batch_size, k, 0), bos_id, dtype=np.int64)  # generated tokens of running beams
+    scores = np.full((batch_size, k), _INITIAL_OTHER_BEAMS, dtype=np.float64)
+    scores[:, 0] = 0.0
+    tokens = np.full((batch_size, k), bos_id, dtype=np.int64)
+    parents = batch_index = None
+    t = 0  # tokens generated so far
+    while len(active):
+        log_probs = np.asarray(model.step(tokens, parents, batch_index), dtype=np.float64)
+        b, _, vocab = log_probs.shape
+        if t < options.min_length:
+            log_probs[:, :, eos_id] = -np.inf
+        cand = (scores[:, :, None] + log_probs).reshape(b, k * vocab)
+        top = _topk_desc(cand, 2 * k)  # (b, 2K)
+        top_scores = np.take_along_axis(cand, top, axis=1)
+        top_beam, top_token = top // vocab, top % vocab
+        gen_len = t + 1
+
+        next_tokens = np.empty((b, k), dtype=np.int64)
+        next_parents = np.empty((b, k), dtype=np.int64)
+        next_scores = np.empty((b, k), dtype=np.float64)
+        keep = []
+        for row in range(b):
+            sent = active[row]
+            pool = finished[sent]
+            at_max = gen_len >= max_lens[sent]
+            n_run = 0
+            for rank in range(top.shape[1]):
+                beam, token, score = top_beam[row, rank], top_token[row, rank], top_scores[row, rank]
+                if token == eos_id or at_max:
+                    if rank < k and score > -np.inf:
+                        pool.add(Hypothesis([*seqs[row, beam].tolist(), int(token)], score / gen_len**lp, score))
+                    if token == eos_id:
+                        continue
+                if n_run < k:
+                    next_tokens[row, n_run], next_parents[row, n_run], next_scores[row, n_run] = token, beam, score
+                    n_run += 1
+            if n_run < k:  # V too small to refill every beam: pad with dead beams
+                next_tokens[row, n_run:], next_parents[row, n_run:], next_scores[row, n_run:] = eos_id, 0, -np.inf
+            if at_max or _is_done(pool, next_scores[row, 0], gen_len, max_lens[sent], options):
+                continue
+            keep.append(row)
+
+        keep_idx = np.asarray(keep, dtype=np.int64)
+        seqs = np.concatenate(
+            [np.take_along_axis(seqs, next_parents[:, :, None], axis=1), next_tokens[:, :, None]], axis=2
+        )[keep_idx]
+        scores, tokens, parents = next_scores[keep_idx], next_tokens[keep_idx], next_parents[keep_idx]
+        batch_index, active = keep_idx, active[keep_idx]
+        t += 1
+
+    results = []
+    for pool in finished:
+        ranked = sorted(pool.hyps, key=lambda h: -h.score)
+        results.append(ranked[: options.num_hypotheses])
+    return results
+
+
+def _is_done(pool: _Finished, best_running: float, gen_len: int, max_len: int, options: SearchOptions) -> bool:
+    if len(pool.hyps) < pool.capacity:
+        return False
+    if options.early_stopping is True:
+        return True
+    lp = options.length_penalty
+    length = max_len if options.early_stopping == "never" and lp > 0 else gen_len
+    return best_running / length**lp <= pool.worst()

@@ -1,0 +1,118 @@
+"""Checkpoint directories: ``config.json`` + ``model.safetensors`` + sentencepiece model(s).
+
+No pickle: weights are read with safetensors, which cannot execute code. Loading is strict:
+every expected tensor must be present with its exact shape, and nothing else may be there.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from .config import ConfigError, TransformerConfig
+from .tokenizer import Tokenizer
+from .transformer import Transformer
+
+log = logging.getLogger(__name__)
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+SOURCE_SPM = "source.spm"
+TARGET_SPM = "target.spm"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint directory is incomplete or does not match its config."""
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint: the model (eval mode, fp32) and its tokenizers."""
+
+    model: Transformer
+    tokenizer: Tokenizer
+    path: Path
+
+    @property
+    def config(self) -> TransformerConfig:
+        return self.model.config
+
+
+def state_dict_for_saving(model: Transformer) -> dict[str, torch.Tensor]:
+    """The state dict without aliases of tied weights (safetensors refuses shared storage)."""
+    seen: dict[int, str] = {}
+    out = {}
+    for name, tensor in model.state_dict().items():
+        key = tensor.data_ptr()
+        if key in seen:
+            continue
+        seen[key] = name
+        out[name] = tensor.detach().contiguous()
+    return out
+
+
+def load_state_dict_strict(model: Transformer, weights: dict[str, torch.Tensor], source: str) -> None:
+    """Load weights, failing once with every missing, unexpected or mis-shaped tensor named."""
+    expected = state_dict_for_saving(model)
+    missing = sorted(set(expected) - set(weights))
+    unexpected = sorted(set(weights) - set(expected))
+    shapes = [
+        f"{name}: checkpoint {tuple(weights[name].shape)} != model {tuple(t.shape)}"
+        for name, t in expected.items()
+        if name in weights and weights[name].shape != t.shape
+    ]
+    problems = []
+    if missing:
+        problems.append(f"missing tensors: {', '.join(missing)}")
+    if unexpected:
+        problems.append(f"unexpected tensors: {', '.join(unexpected)}")
+    if shapes:
+        problems.append("shape mismatches: " + "; ".join(shapes))
+    if problems:
+        raise CheckpointError(f"{source}: " + " | ".join(problems))
+    with torch.no_grad():
+        params = dict(model.named_parameters())
+        buffers = dict(model.named_buffers())
+        for name, value in weights.items():
+            target = params.get(name, buffers.get(name))
+            target.copy_(value.to(target.dtype))
+
+
+def save_checkpoint(model: Transformer, directory: str | Path, source_spm: Path, target_spm: Path | None = None) -> Path:
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    model.config.save(directory / CONFIG_FILE)
+    save_file(state_dict_for_saving(model), str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+    (directory / SOURCE_SPM).write_bytes(Path(source_spm).read_bytes())
+    if target_spm is not None and Path(target_spm).resolve() != Path(source_spm).resolve():
+        (directory / TARGET_SPM).write_bytes(Path(target_spm).read_bytes())
+    return directory
+
+
+def is_nmtserve_checkpoint(directory: Path) -> bool:
+    return (directory / CONFIG_FILE).is_file() and (directory / WEIGHTS_FILE).is_file()
+
+
+def load_checkpoint(directory: str | Path) -> Checkpoint:
+    """Load an nmtserve checkpoint directory (fp32, eval mode, CPU)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory}: not a directory")
+    for required in (CONFIG_FILE, WEIGHTS_FILE, SOURCE_SPM):
+        if not (directory / required).is_file():
+            raise CheckpointError(f"{directory}: missing {required}")
+    try:
+        config = TransformerConfig.load(directory / CONFIG_FILE)
+    except (ConfigError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{directory / CONFIG_FILE}: {exc}") from exc
+    model = Transformer(config)
+    load_state_dict_strict(model, load_file(str(directory / WEIGHTS_FILE)), str(directory / WEIGHTS_FILE))
+    model.eval()
+    target = directory / TARGET_SPM
+    tokenizer = Tokenizer.from_files(directory / SOURCE_SPM, target if target.is_file() else None, config)
+    log.info("loaded %s (%d parameters)", directory, sum(p.numel() for p in model.parameters()))
+    return Checkpoint(model=model, tokenizer=tokenizer, path=directory)

@@ -1,0 +1,106 @@
+"""The model's configuration: one typed dataclass, saved as ``config.json`` in a checkpoint."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+ACTIVATIONS = ("relu", "gelu", "swish")
+POSITION_LAYOUTS = ("interleaved", "concat")
+
+
+class ConfigError(ValueError):
+    """A checkpoint's configuration is invalid or not understood."""
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Hyper-parameters of the encoder-decoder Transformer ("Attention Is All You Need").
+
+    Defaults are the paper's base model, except where a comment says why.
+    """
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    d_model: int = 512
+    h: int = 8  # attention heads; d_k = d_model // h
+    d_ff: int = 2048
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    dropout: float = 0.1
+    activation: str = "relu"
+    # The paper normalises after each residual sum (post-norm). Pre-norm trains more stably
+    # for deep stacks and adds a final LayerNorm after each stack.
+    pre_norm: bool = False
+    layer_norm_eps: float = 1e-5
+    # The paper multiplies embeddings by sqrt(d_model) so they are not drowned by positions.
+    scale_embedding: bool = True
+    # "interleaved": PE(pos, 2i) = sin, PE(pos, 2i+1) = cos (the paper). "concat": all sines
+    # then all cosines (Marian / fairseq), so imported checkpoints keep their layout.
+    position_layout: str = "interleaved"
+    max_positions: int = 1024
+    # One embedding matrix for source and target (needs a joint vocabulary).
+    share_embeddings: bool = True
+    # The output projection reuses the target embedding matrix (the paper, section 3.4).
+    tie_output: bool = True
+    # A learned bias on the logits (Marian's ``final_logits_bias``); zeros when absent.
+    final_logits_bias: bool = False
+    pad_id: int = 0
+    bos_id: int = 1  # decoder start token
+    eos_id: int = 2
+    unk_id: int = 3
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise ConfigError("invalid model config: " + "; ".join(problems))
+
+    def problems(self) -> list[str]:
+        """Every problem with this config at once, so a user fixes them in one go."""
+        out = []
+        if self.d_model % self.h:
+            out.append(f"d_model={self.d_model} is not divisible by h={self.h}")
+        if self.d_model % 2:
+            out.append(f"d_model={self.d_model} must be even for sinusoidal positions")
+        if self.activation not in ACTIVATIONS:
+            out.append(f"activation={self.activation!r} is not one of {ACTIVATIONS}")
+        if self.position_layout not in POSITION_LAYOUTS:
+            out.append(f"position_layout={self.position_layout!r} is not one of {POSITION_LAYOUTS}")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            out.append("share_embeddings needs src_vocab_size == tgt_vocab_size")
+        for name in ("pad_id", "bos_id", "eos_id", "unk_id"):
+            value = getattr(self, name)
+            if not 0 <= value < self.tgt_vocab_size:
+                out.append(f"{name}={value} is outside the target vocabulary")
+        for name in ("encoder_layers", "decoder_layers", "h", "d_ff", "max_positions"):
+            if getattr(self, name) <= 0:
+                out.append(f"{name} must be positive")
+        return out
+
+    @property
+    def d_k(self) -> int:
+        return self.d_model // self.h
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TransformerConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known - {"model_type", "nmtserve_version"})
+        if unknown:
+            raise ConfigError(f"unknown config keys: {', '.join(unknown)}")
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def save(self, path: str | Path) -> None:
+        data = {"model_type": "nmtserve-transformer", **self.to_dict()}
+        Path(path).write_text(json.dumps(data, indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> TransformerConfig:
+        data = json.loads(Path(path).read_text())
+        if data.get("model_type", "nmtserve-transformer") != "nmtserve-transformer":
+            raise ConfigError(f"{path}: model_type {data.get('model_type')!r} is not nmtserve's")
+        return cls.from_dict(data)

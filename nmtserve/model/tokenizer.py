@@ -1,0 +1,85 @@
+"""Sentencepiece tokenization shared by training, reference decoding and the Triton models.
+
+Torch-free on purpose: the serving processes import it. Two layouts are supported:
+
+* nmtserve's own checkpoints: the sentencepiece ids are the model's ids (pad 0, bos 1, eos 2,
+  unk 3, fixed when the sentencepiece model is trained);
+* vocabulary-mapped checkpoints (Marian / opus-mt): pieces come from sentencepiece and are
+  mapped to ids through a ``vocab.json``; pieces not in it map to ``unk``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import sentencepiece as spm
+
+
+class SpecialIds(Protocol):
+    pad_id: int
+    bos_id: int
+    eos_id: int
+    unk_id: int
+
+
+class Tokenizer:
+    """Text <-> ids for one model. ``encode`` appends EOS; ``decode`` drops special tokens."""
+
+    def __init__(
+        self,
+        source: spm.SentencePieceProcessor,
+        target: spm.SentencePieceProcessor,
+        special: SpecialIds,
+        vocab: Mapping[str, int] | None = None,
+    ):
+        self.source = source
+        self.target = target
+        self.pad_id, self.bos_id, self.eos_id, self.unk_id = (
+            special.pad_id, special.bos_id, special.eos_id, special.unk_id,
+        )
+        self.vocab = dict(vocab) if vocab is not None else None
+        self.id_to_piece = {i: p for p, i in self.vocab.items()} if self.vocab is not None else None
+        self.special_ids = {self.pad_id, self.bos_id, self.eos_id}
+
+    @classmethod
+    def from_files(
+        cls,
+        source_model: str | Path,
+        target_model: str | Path | None,
+        special: SpecialIds,
+        vocab: Mapping[str, int] | None = None,
+    ) -> Tokenizer:
+        source = spm.SentencePieceProcessor(model_file=str(source_model))
+        target = spm.SentencePieceProcessor(model_file=str(target_model)) if target_model else source
+        return cls(source, target, special, vocab)
+
+    def encode(self, text: str) -> list[int]:
+        """Source text -> ids ending with EOS."""
+        if self.vocab is None:
+            ids = self.source.encode(text, out_type=int)
+        else:
+            ids = [self.vocab.get(p, self.unk_id) for p in self.source.encode(text, out_type=str)]
+        return [*ids, self.eos_id]
+
+    def encode_target(self, text: str) -> list[int]:
+        """Target text -> ids ending with EOS (training labels)."""
+        if self.vocab is None:
+            ids = self.target.encode(text, out_type=int)
+        else:
+            ids = [self.vocab.get(p, self.unk_id) for p in self.target.encode(text, out_type=str)]
+        return [*ids, self.eos_id]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Target ids -> text; stops at EOS, drops pad/bos."""
+        kept = []
+        for i in ids:
+            i = int(i)
+            if i == self.eos_id:
+                break
+            if i not in self.special_ids:
+                kept.append(i)
+        if self.id_to_piece is None:
+            return self.target.decode(kept)
+        return self.target.decode_pieces([self.id_to_piece.get(i, "") for i in kept])

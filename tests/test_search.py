@@ -1,0 +1,233 @@
+"""The shared beam search, checked against exhaustive search and a slow reference."""
+
+from __future__ import annotations
+
+import math
+import zlib
+
+import numpy as np
+import pytest
+
+from nmtserve.decoding.search import SearchOptions, beam_search
+
+BOS, EOS = 1, 2
+
+
+class PrefixModel:
+    """A fake model whose log-probs are a fixed random function of (sentence, prefix).
+
+    It rebuilds every hypothesis' prefix from the search's parents / batch_index, so a search
+    that mis-tracks beams gets different log-probs and fails the comparisons below.
+    """
+
+    def __init__(self, n_sentences: int, vocab: int, seed: int = 0, eos_boost: float = 0.0):
+        self.vocab, self.seed, self.eos_boost = vocab, seed, eos_boost
+        self.sentences = list(range(n_sentences))
+        self.prefixes: list[list[tuple[int, ...]]] | None = None
+        self.calls = 0
+
+    def log_probs(self, sentence: int, prefix: tuple[int, ...]) -> np.ndarray:
+        key = zlib.crc32(repr((self.seed, sentence, prefix)).encode())
+        logits = np.random.default_rng(key).normal(size=self.vocab) * 2.0
+        logits[0] = -np.inf  # pad is never generated, like the real models
+        logits[EOS] += self.eos_boost * len(prefix)
+        logits -= logits[np.isfinite(logits)].max()
+        return logits - np.log(np.exp(logits).sum())
+
+    def step(self, tokens, parents, batch_index):
+        self.calls += 1
+        if self.prefixes is None:
+            self.prefixes = [[() for _ in range(tokens.shape[1])] for _ in self.sentences]
+        else:
+            self.sentences = [self.sentences[i] for i in batch_index]
+            old = [self.prefixes[i] for i in batch_index]
+            self.prefixes = [
+                [old[b][parents[b, k]] + (int(tokens[b, k]),) for k in range(tokens.shape[1])]
+                for b in range(tokens.shape[0])
+            ]
+        return np.stack([
+            np.stack([self.log_probs(s, p) for p in hyps]) for s, hyps in zip(self.sentences, self.prefixes, strict=True)
+        ])
+
+
+def exhaustive(model: PrefixModel, sentence: int, max_len: int, length_penalty: float = 0.0):
+    """Every complete sequence (ended by EOS, or cut at max_len) with its normalised score."""
+    out = []
+
+    def walk(prefix: tuple[int, ...], total: float):
+        lp = model.log_probs(sentence, prefix)
+        for tok in range(model.vocab):
+            if not np.isfinite(lp[tok]):
+                continue
+            seq, score = (*prefix, tok), total + lp[tok]
+            if tok == EOS or len(seq) == max_len:
+                out.append((list(seq), score / len(seq) ** length_penalty))
+            else:
+                walk(seq, score)
+
+    walk((), 0.0)
+    return sorted(out, key=lambda x: -x[1])
+
+
+def slow_reference(model: PrefixModel, sentence: int, opts: SearchOptions, max_len: int):
+    """The documented rules, one sentence, plain Python lists: obviously correct, slow."""
+    k, lp = opts.beam_size, opts.length_penalty
+    running = [((), 0.0)] + [((), -1e9)] * (k - 1)
+    finished: list[tuple[list[int], float]] = []
+    cap = opts.n_finished
+    for t in range(max_len):
+        cands = []
+        for b, (prefix, score) in enumerate(running):
+            lps = model.log_probs(sentence, prefix)
+            if t < opts.min_length:
+                lps = lps.copy()
+                lps[EOS] = -np.inf
+            for tok in range(model.vocab):
+                cands.append((score + lps[tok], b, tok))
+        cands.sort(key=lambda c: (-c[0], c[1], c[2]))
+        cands = cands[: 2 * k]
+        gen_len = t + 1
+        new_running = []
+        for rank, (score, b, tok) in enumerate(cands):
+            seq = (*running[b][0], tok)
+            if tok == EOS or gen_len == max_len:
+                if rank < k and score > -math.inf:
+                    norm = score / gen_len**lp
+                    if len(finished) < cap or norm > min(f[1] for f in finished):
+                        finished.append((list(seq), norm))
+                        finished.sort(key=lambda f: -f[1])
+                        finished = finished[:cap]
+                if tok == EOS:
+                    continue
+            if len(new_running) < k:
+                new_running.append((seq, score))
+        if gen_len == max_len:
+            break
+        running = new_running
+        if len(finished) >= cap:
+            if opts.early_stopping is True:
+                break
+            denom = max_len if (opts.early_stopping == "never" and lp > 0) else gen_len
+            if running[0][1] / denom**lp <= min(f[1] for f in finished):
+                break
+    return finished[: opts.num_hypotheses]
+
+
+def run(model, n, opts, source_lengths=None):
+    lengths = source_lengths if source_lengths is not None else [5] * n
+    return beam_search(model, n, lengths, opts, bos_id=BOS, eos_id=EOS)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_wide_beam_with_no_length_penalty_equals_exhaustive_search(seed):
+    vocab, max_len = 5, 3  # small enough to enumerate; K=64 exceeds every step's candidates
+    opts = SearchOptions(beam_size=64, length_penalty=0.0, max_length=max_len, num_hypotheses=5)
+    model = PrefixModel(1, vocab, seed=seed)
+    got = run(model, 1, opts)[0]
+    want = exhaustive(PrefixModel(1, vocab, seed=seed), 0, max_len)[:5]
+    assert [h.tokens for h in got] == [s for s, _ in want]
+    assert np.allclose([h.score for h in got], [s for _, s in want])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_greedy_equals_argmax_chain(seed):
+    model = PrefixModel(1, 7, seed=seed)
+    got = run(model, 1, SearchOptions(beam_size=1, max_length=6))[0][0].tokens
+    prefix: tuple[int, ...] = ()
+    for _ in range(6):
+        tok = int(np.argmax(model.log_probs(0, prefix)))
+        prefix = (*prefix, tok)
+        if tok == EOS:
+            break
+    assert got == list(prefix)
+
+
+CASES = [
+    dict(beam_size=2),
+    dict(beam_size=3, length_penalty=0.6),
+    dict(beam_size=4, length_penalty=1.0, num_hypotheses=3),
+    dict(beam_size=4, length_penalty=2.0, min_length=3),
+    dict(beam_size=3, early_stopping=True),
+    dict(beam_size=3, early_stopping="never", length_penalty=1.0),
+    dict(beam_size=2, patience=2.0, num_hypotheses=2),
+    dict(beam_size=5, length_penalty=-0.5),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+@pytest.mark.parametrize("seed", range(5))
+def test_narrow_beams_equal_slow_reference(case, seed):
+    max_len = 9
+    opts = SearchOptions(max_length=max_len, **case)
+    model = PrefixModel(3, 11, seed=seed, eos_boost=0.6)
+    got = run(model, 3, opts)
+    for s in range(3):
+        want = slow_reference(PrefixModel(3, 11, seed=seed, eos_boost=0.6), s, opts, max_len)
+        assert [h.tokens for h in got[s]] == [w[0] for w in want], f"sentence {s}"
+        assert np.allclose([h.score for h in got[s]], [w[1] for w in want])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_batch_result_equals_each_sentence_alone(seed):
+    lengths = [2, 9, 4, 1, 6]  # per-sentence max lengths differ through a * len + b
+    opts = SearchOptions(beam_size=3, max_length=20, max_length_a=1.0, max_length_b=2, num_hypotheses=2)
+    batched = run(PrefixModel(5, 13, seed=seed, eos_boost=0.3), 5, opts, lengths)
+    for s in range(5):
+        alone_model = PrefixModel(5, 13, seed=seed, eos_boost=0.3)
+        alone_model.sentences = [s]
+        alone = beam_search(alone_model, 1, [lengths[s]], opts, bos_id=BOS, eos_id=EOS)[0]
+        assert [(h.tokens, h.score) for h in batched[s]] == [(h.tokens, h.score) for h in alone]
+
+
+def test_finished_sentences_leave_the_running_batch():
+    seen_rows = []
+
+    class Recorder(PrefixModel):
+        def step(self, tokens, parents, batch_index):
+            seen_rows.append(tokens.shape[0])
+            return super().step(tokens, parents, batch_index)
+
+    lengths = [1, 1, 8]
+    opts = SearchOptions(beam_size=2, max_length=30, max_length_a=1.0, max_length_b=1)
+    run(Recorder(3, 9, seed=1), 3, opts, lengths)
+    assert seen_rows[0] == 3 and seen_rows[-1] == 1
+
+
+def test_every_sentence_gets_exactly_num_hypotheses():
+    opts = SearchOptions(beam_size=4, num_hypotheses=4, max_length=5)
+    out = run(PrefixModel(4, 8, seed=3), 4, opts)
+    assert [len(h) for h in out] == [4, 4, 4, 4]
+    for hyps in out:
+        assert all(len(h.tokens) <= 5 for h in hyps)
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+
+
+def test_min_length_forbids_early_eos():
+    opts = SearchOptions(beam_size=2, min_length=4, max_length=8)
+    model = PrefixModel(2, 6, seed=2, eos_boost=5.0)  # EOS would win at once without min_length
+    for hyps in run(model, 2, opts):
+        assert all(len(h.tokens) > 4 or h.tokens[-1] != EOS for h in hyps)
+
+
+@pytest.mark.parametrize(
+    "bad", [dict(beam_size=0), dict(num_hypotheses=5, beam_size=4), dict(max_length=0), dict(patience=0),
+            dict(min_length=10, max_length=5), dict(early_stopping="sometimes")],
+)
+def test_bad_options_are_rejected_with_the_reason(bad):
+    with pytest.raises(ValueError, match="|".join(bad)):
+        SearchOptions(**bad)
+
+
+def test_max_length_rule():
+    opts = SearchOptions(max_length=50, max_length_a=1.5, max_length_b=10)
+    assert opts.max_length_for(4) == 16
+    assert opts.max_length_for(100) == 50
+    assert SearchOptions(max_length=7).max_length_for(1000) == 7
+
+
+def test_exhaustive_helper_is_complete():
+    # sanity of the oracle itself: probabilities of all complete sequences sum to 1
+    model = PrefixModel(1, 4, seed=0)
+    seqs = exhaustive(model, 0, 3)
+    assert math.isclose(sum(math.exp(s) for _, s in seqs), 1.0, rel_tol=1e-9)
+    assert len({tuple(s) for s, _ in seqs}) == len(seqs)
