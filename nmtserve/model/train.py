@@ -1,0 +1,180 @@
+"""The training recipe that produced the shipped demo model (``nmtserve train``).
+
+Everything is generated locally (no downloads): a synthetic English->French corpus
+(``corpus.py``), a joint sentencepiece vocabulary, then the paper's recipe scaled down for a
+2-core CPU: Adam(0.9, 0.98), inverse-square-root warm-up, label smoothing 0.1, token-bucketed
+batches, a wall-clock budget. Writes a checkpoint directory plus its held-out test set.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import sentencepiece as spm
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from ..decoding.search import SearchOptions
+from .checkpoint import save_checkpoint
+from .config import TransformerConfig
+from .corpus import build_splits
+from .reference import pad_batch, translate
+from .tokenizer import Tokenizer
+from .transformer import Transformer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainOptions:
+    output: Path
+    train_size: int = 200_000
+    valid_size: int = 500
+    test_size: int = 1000
+    vocab_size: int = 800  # an upper bound: the corpus supports fewer pieces
+    # Sized for a 2-core CPU and a ~20 minute budget: d_model 256 trains ~2.5x slower per token.
+    d_model: int = 192
+    h: int = 4
+    d_ff: int = 768
+    encoder_layers: int = 3
+    decoder_layers: int = 3
+    dropout: float = 0.1
+    batch_tokens: int = 3072  # padded source + target tokens per batch
+    lr: float = 1.5e-3  # peak learning rate after warm-up
+    warmup_steps: int = 400
+    label_smoothing: float = 0.1
+    max_minutes: float = 18.0
+    max_steps: int = 100_000
+    threads: int = 2
+    seed: int = 1234
+    eval_every: int = 500
+
+
+def train_sentencepiece(texts: list[str], vocab_size: int, seed: int) -> bytes:
+    """A joint unigram model with nmtserve's fixed special ids (pad 0, bos 1, eos 2, unk 3)."""
+    buffer = io.BytesIO()
+    random.Random(seed).shuffle(texts)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts),
+        model_writer=buffer,
+        vocab_size=vocab_size,
+        model_type="unigram",
+        character_coverage=1.0,
+        pad_id=0, bos_id=1, eos_id=2, unk_id=3,
+        input_sentence_size=len(texts),
+        shuffle_input_sentence=False,
+        num_threads=2,
+        # The synthetic corpus has a small vocabulary: take what it supports up to vocab_size.
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
+    return buffer.getvalue()
+
+
+def _batches(pairs: list[tuple[list[int], list[int]]], batch_tokens: int, rng: random.Random):
+    """Endless token-bucketed batches: sort by length, cut by token budget, shuffle the cuts."""
+    order = sorted(range(len(pairs)), key=lambda i: (len(pairs[i][0]), len(pairs[i][1])))
+    cuts: list[list[int]] = []
+    current: list[int] = []
+    width = 0  # padded source + target length of the current batch
+    for i in order:
+        w = max(width, len(pairs[i][0]) + len(pairs[i][1]) + 1)
+        if current and w * (len(current) + 1) > batch_tokens:
+            cuts.append(current)
+            current, w = [], len(pairs[i][0]) + len(pairs[i][1]) + 1
+        current.append(i)
+        width = w
+    if current:
+        cuts.append(current)
+    while True:
+        rng.shuffle(cuts)
+        yield from cuts
+
+
+def _exact_match(model: Transformer, tokenizer: Tokenizer, pairs: list[tuple[str, str]], beam: int) -> tuple[float, list[str]]:
+    options = SearchOptions(beam_size=beam, max_length=128, max_length_a=2.0, max_length_b=10)
+    out = [n[0][0] for n in translate(model, tokenizer, [s for s, _ in pairs], options, batch_size=64)]
+    return sum(o == r for o, (_, r) in zip(out, pairs, strict=True)) / max(1, len(pairs)), out
+
+
+def train(opts: TrainOptions) -> Path:
+    torch.manual_seed(opts.seed)
+    torch.set_num_threads(opts.threads)
+    rng = random.Random(opts.seed)
+    started = time.monotonic()
+    log.info("generating corpus: %d train / %d valid / %d test pairs", opts.train_size, opts.valid_size, opts.test_size)
+    splits = build_splits(opts.train_size, opts.valid_size, opts.test_size, opts.seed)
+    train_pairs = splits["train"]
+
+    out = Path(opts.output)
+    out.mkdir(parents=True, exist_ok=True)
+    spm_path = out / "source.spm"
+    spm_path.write_bytes(train_sentencepiece([t for p in train_pairs[:60_000] for t in p], opts.vocab_size, opts.seed))
+
+    vocab_size = spm.SentencePieceProcessor(model_file=str(spm_path)).get_piece_size()
+    config = TransformerConfig(
+        src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, d_model=opts.d_model, h=opts.h,
+        d_ff=opts.d_ff, encoder_layers=opts.encoder_layers, decoder_layers=opts.decoder_layers,
+        dropout=opts.dropout, max_positions=256,
+    )
+    tokenizer = Tokenizer.from_files(spm_path, None, config)
+    assert tokenizer.source.get_piece_size() == vocab_size
+    encoded = [(tokenizer.encode(s), tokenizer.encode_target(t)) for s, t in train_pairs]
+    model = Transformer(config)
+    n_params = sum(p.numel() for p in model.parameters())
+    log.info("model: %d parameters, vocabulary %d", n_params, vocab_size)
+
+    optimizer = torch.optim.Adam(model.parameters(), lr=opts.lr, betas=(0.9, 0.98), eps=1e-9)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min((s + 1) / opts.warmup_steps, math.sqrt(opts.warmup_steps / (s + 1)))
+    )
+    batches = _batches(encoded, opts.batch_tokens, rng)
+    history = []
+    deadline = started + opts.max_minutes * 60
+    bar = tqdm(total=opts.max_steps, desc="train", unit="step", mininterval=5)
+    step = 0
+    loss_avg = None
+    while step < opts.max_steps and time.monotonic() < deadline:
+        model.train()
+        idx = next(batches)
+        src = torch.from_numpy(pad_batch([encoded[i][0] for i in idx], config.pad_id))
+        tgt = torch.from_numpy(pad_batch([[config.bos_id, *encoded[i][1]] for i in idx], config.pad_id))
+        logits = model(src, tgt[:, :-1])
+        loss = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), tgt[:, 1:].reshape(-1),
+            ignore_index=config.pad_id, label_smoothing=opts.label_smoothing,
+        )
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        step += 1
+        loss_avg = loss.item() if loss_avg is None else 0.98 * loss_avg + 0.02 * loss.item()
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss_avg:.3f}", lr=f"{schedule.get_last_lr()[0]:.2e}")
+        if step % opts.eval_every == 0:
+            model.eval()
+            em, _ = _exact_match(model, tokenizer, splits["valid"][:200], beam=1)
+            elapsed = time.monotonic() - started
+            history.append({"step": step, "loss": round(loss_avg, 4), "valid_exact_match_greedy": em, "minutes": round(elapsed / 60, 2)})
+            log.info("step %d loss %.3f valid exact match (greedy) %.3f at %.1f min", step, loss_avg, em, elapsed / 60)
+    bar.close()
+    model.eval()
+    save_checkpoint(model, out, spm_path)
+    for name in ("test", "valid"):
+        (out / f"{name}.en").write_text("".join(s + "\n" for s, _ in splits[name]))
+        (out / f"{name}.fr").write_text("".join(t + "\n" for _, t in splits[name]))
+    minutes = (time.monotonic() - started) / 60
+    summary = {"steps": step, "train_minutes": round(minutes, 2), "parameters": n_params, "history": history, "options": {k: str(v) for k, v in asdict(opts).items()}}
+    (out / "training_log.json").write_text(json.dumps(summary, indent=2) + "\n")
+    log.info("trained %d steps in %.1f min; checkpoint in %s", step, minutes, out)
+    return out

@@ -1,0 +1,890 @@
+"""Embedded CPU launcher: run the real ``tritonserver`` shipped in the nvidia-pytriton wheel.
+
+This is what ``nmtserve serve`` runs on a machine without Docker or a GPU. It uses only the
+binary and the Python backend that the wheel ships, not PyTriton's own Python API (which wants
+to own the model repository and the model code).
+
+What the wheel needs, found by reading ``pytriton/triton.py``, ``pytriton/server/triton_server.py``
+and ``ldd`` of its files (nvidia-pytriton 0.7.0 = Triton 2.51.0):
+
+- ``pytriton/tritonserver/bin/tritonserver`` is the server; its shared libraries live in
+  ``site-packages/nvidia_pytriton.libs`` and are found through an RPATH relative to the file.
+- ``pytriton/tritonserver/backends/python/`` holds ``libtriton_python.so`` but no stub: the stub
+  is built per Python version under ``python_backend_stubs/<major.minor>/`` and must sit next to
+  ``libtriton_python.so`` (the backend starts ``<backend dir>/triton_python_backend_stub``).
+  PyTriton copies the whole tree into a workspace and adds the stub there; we copy only the
+  python backend into a user cache directory so site-packages is never written to.
+- A copied library's RPATH (``$ORIGIN/../../../../nvidia_pytriton.libs``) no longer resolves,
+  so, like PyTriton, the child gets ``nvidia_pytriton.libs`` on ``LD_LIBRARY_PATH``.
+- The stub embeds ``libpython<major.minor>.so.1.0`` and finds its packages through the first
+  ``python3`` on ``PATH`` (PYTHONPATH is ignored), so the running interpreter's ``bin`` goes
+  first on ``PATH`` (PyTriton does the same) and its ``LIBDIR`` on ``LD_LIBRARY_PATH`` (so the
+  stub embeds the same build of Python as the environment whose packages it imports).
+
+Nothing here imports torch, or pytriton itself (only its files are used).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import filecmp
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata, util
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import IO, TextIO
+
+__all__ = [
+    "PortInUseError",
+    "ServerConfig",
+    "ServerError",
+    "ServerStartError",
+    "ServerUrls",
+    "TritonInstall",
+    "TritonNotInstalledError",
+    "TritonServer",
+    "find_tritonserver",
+    "free_port",
+    "free_ports",
+    "prepare_backend_directory",
+    "serve_forever",
+]
+
+LOGGER = logging.getLogger(__name__)
+
+INSTALL_HINT = "pip install 'nmtserve[server]'"
+STUB_NAME = "triton_python_backend_stub"
+# The Python backend's own files: the backend library and the module the stub imports.
+PYTHON_BACKEND_FILES = ("libtriton_python.so", "triton_python_backend_utils.py")
+# nvidia-pytriton's version says nothing about the Triton inside; the wheel's metadata does not
+# record it either (only the server's start-up banner prints it). Known pairs name the cache
+# directory after the Triton version; unknown ones fall back to the PyTriton version.
+TRITON_VERSION_BY_PYTRITON = {"0.7.0": "2.51.0"}
+# How much of the server log a start-up error quotes.
+LOG_TAIL_LINES = 40
+
+
+class ServerError(RuntimeError):
+    """Base class of the launcher's errors."""
+
+
+class TritonNotInstalledError(ServerError):
+    """The tritonserver binary or a part of it is missing."""
+
+
+class PortInUseError(ServerError):
+    """A port the server should listen on is already taken."""
+
+
+class ServerStartError(ServerError):
+    """The server did not become ready (it exited, or the start-up timeout passed)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Finding the binary
+
+
+@dataclass(frozen=True)
+class TritonInstall:
+    """Where the parts of the tritonserver shipped in the nvidia-pytriton wheel are."""
+
+    root: Path  # .../site-packages/pytriton/tritonserver
+    binary: Path  # root/bin/tritonserver
+    python_backend_dir: Path  # root/backends/python (libtriton_python.so, no stub)
+    stub: Path  # root/python_backend_stubs/<py>/triton_python_backend_stub
+    caches_dir: Path  # root/caches (response-cache implementations)
+    library_dirs: tuple[Path, ...]  # must be on LD_LIBRARY_PATH of the server and its stubs
+    pytriton_version: str
+    triton_version: str
+    python_version: str  # "3.11": the stub matches the running interpreter
+
+
+def _pytriton_package_dir() -> Path | None:
+    # find_spec on a top-level name locates the package without importing it: importing pytriton
+    # pulls in zmq, sh and its logging set-up, none of which the launcher needs.
+    spec = util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _python_library_dir() -> Path | None:
+    """The directory holding this interpreter's shared libpython, if it has one outside the
+    system library path (pyenv, uv and conda builds do); None when there is nothing to add."""
+    libdir = sysconfig.get_config_var("LIBDIR")
+    soname = sysconfig.get_config_var("INSTSONAME")
+    if not libdir or not soname or not (Path(libdir) / soname).is_file():
+        return None
+    # The dynamic linker searches the system directories anyway.
+    multiarch = sysconfig.get_config_var("MULTIARCH") or ""
+    system_dirs = ["/lib", "/usr/lib", "/lib64", "/usr/lib64"]
+    if multiarch:
+        system_dirs += [f"/lib/{multiarch}", f"/usr/lib/{multiarch}"]
+    if Path(libdir).resolve() in {Path(d).resolve() for d in system_dirs}:
+        return None
+    return Path(libdir)
+
+
+def find_tritonserver() -> TritonInstall:
+    """Locate the tritonserver binary, the Python backend and the stub for this Python.
+
+    Raises TritonNotInstalledError naming the missing piece.
+    """
+    package_dir = _pytriton_package_dir()
+    if package_dir is None:
+        raise TritonNotInstalledError(
+            "The embedded server needs the tritonserver binary shipped in the nvidia-pytriton "
+            f"wheel, which is not installed. Install it with: {INSTALL_HINT}"
+        )
+    try:
+        pytriton_version = metadata.version("nvidia-pytriton")
+    except metadata.PackageNotFoundError:
+        pytriton_version = "unknown"
+    root = package_dir / "tritonserver"
+    python_version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stubs_dir = root / "python_backend_stubs"
+    install = TritonInstall(
+        root=root,
+        binary=root / "bin" / "tritonserver",
+        python_backend_dir=root / "backends" / "python",
+        stub=stubs_dir / python_version / STUB_NAME,
+        caches_dir=root / "caches",
+        # Same rule as pytriton.utils.distribution.get_libs_path for a wheel install.
+        library_dirs=(package_dir.parent / "nvidia_pytriton.libs",),
+        pytriton_version=pytriton_version,
+        triton_version=TRITON_VERSION_BY_PYTRITON.get(
+            pytriton_version, f"pytriton-{pytriton_version}"
+        ),
+        python_version=python_version,
+    )
+
+    broken = f"nvidia-pytriton {pytriton_version} at {package_dir} is incomplete"
+    if not install.binary.is_file() or not os.access(install.binary, os.X_OK):
+        raise TritonNotInstalledError(
+            f"{broken}: the tritonserver binary {install.binary} is missing or not executable "
+            f"(the wheel is built for Linux x86_64 and aarch64). Reinstall it with: {INSTALL_HINT}"
+        )
+    for name in PYTHON_BACKEND_FILES:
+        if not (install.python_backend_dir / name).is_file():
+            raise TritonNotInstalledError(
+                f"{broken}: the Python backend file {install.python_backend_dir / name} is "
+                f"missing. Reinstall it with: {INSTALL_HINT}"
+            )
+    if not install.stub.is_file():
+        available = sorted(p.name for p in stubs_dir.iterdir()) if stubs_dir.is_dir() else []
+        raise TritonNotInstalledError(
+            f"nvidia-pytriton {pytriton_version} has no Python backend stub for Python "
+            f"{python_version} ({install.stub} is missing; stubs exist for: "
+            f"{', '.join(available) or 'none'}). Use one of those Python versions."
+        )
+    for libdir in install.library_dirs:
+        if not libdir.is_dir():
+            raise TritonNotInstalledError(
+                f"{broken}: its library directory {libdir} is missing. "
+                f"Reinstall it with: {INSTALL_HINT}"
+            )
+    return install
+
+
+# --------------------------------------------------------------------------------------------
+# The backend directory
+
+
+def default_cache_dir() -> Path:
+    """nmtserve's cache root: $NMTSERVE_CACHE_DIR, else $XDG_CACHE_HOME/nmtserve, else
+    ~/.cache/nmtserve."""
+    if os.environ.get("NMTSERVE_CACHE_DIR"):
+        return Path(os.environ["NMTSERVE_CACHE_DIR"]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "nmtserve"
+
+
+def _install_file(src: Path, dst: Path, mode: int) -> None:
+    """Copy src to dst unless dst already has the same bytes.
+
+    Writes a temporary file and renames it over dst, so a server started from an older copy
+    keeps running (it holds the old inode) and two launchers preparing at once cannot leave a
+    half-written file behind.
+    """
+    if dst.is_file() and filecmp.cmp(src, dst, shallow=False):
+        if dst.stat().st_mode & 0o777 != mode:
+            dst.chmod(mode)
+        return
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dst.name}.", dir=dst.parent)
+    try:
+        with os.fdopen(fd, "wb") as out, src.open("rb") as inp:
+            shutil.copyfileobj(inp, out)
+        os.chmod(tmp_name, mode)
+        os.replace(tmp_name, dst)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    LOGGER.debug("installed %s -> %s", src, dst)
+
+
+def prepare_backend_directory(install: TritonInstall, cache_dir: Path | None = None) -> Path:
+    """Create (idempotently) a Triton backend directory with the Python backend and the stub
+    for the running Python, and return it (the value for ``--backend-directory``).
+
+    The layout is ``<cache_dir>/triton-backends/<triton version>/py<major.minor>/python/``;
+    cache_dir defaults to default_cache_dir(). The Python version is part of the path because
+    the stub is built for one version and environments of several versions may share a cache.
+    Nothing is written into site-packages.
+    """
+    explicit = cache_dir is not None
+    root = Path(cache_dir).expanduser() if explicit else default_cache_dir()
+    try:
+        return _prepare_backend_directory(install, root)
+    except OSError as exc:
+        if explicit:
+            raise ServerError(
+                f"cannot prepare the Triton backend directory under {root}: {exc}"
+            ) from exc
+        # A read-only home (some containers) should not stop the server from starting.
+        fallback = Path(tempfile.gettempdir()) / f"nmtserve-{os.getuid()}"
+        LOGGER.warning(
+            "cannot write the Triton backend directory under %s (%s); using %s instead "
+            "(set NMTSERVE_CACHE_DIR to choose)",
+            root,
+            exc,
+            fallback,
+        )
+        return _prepare_backend_directory(install, fallback)
+
+
+def _prepare_backend_directory(install: TritonInstall, root: Path) -> Path:
+    backends = root / "triton-backends" / install.triton_version / f"py{install.python_version}"
+    python_dir = backends / "python"
+    python_dir.mkdir(parents=True, exist_ok=True)
+    for name in PYTHON_BACKEND_FILES:
+        _install_file(install.python_backend_dir / name, python_dir / name, 0o644)
+    _install_file(install.stub, python_dir / STUB_NAME, 0o755)
+    return backends
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration
+
+
+@dataclass
+class ServerConfig:
+    """How to run the embedded tritonserver."""
+
+    model_repository: Path
+    # Loopback by default: the server has no authentication, so exposing it is a choice.
+    host: str = "127.0.0.1"
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    log_verbose: int = 0
+    # Triton waits this long for in-flight requests on shutdown; its default (30 s) makes
+    # Ctrl-C feel hung, and the unload itself takes ~2 s anyway.
+    exit_timeout_s: int = 5
+    # Appended last, verbatim (e.g. "--backend-config=python,shm-default-byte-size=...").
+    extra_args: Sequence[str] = ()
+    startup_timeout_s: float = 120.0
+    # Where the server's stdout/stderr go; None: a new file in the temp directory.
+    log_file: Path | None = None
+    # Also copy the server's output to this stream (e.g. sys.stderr) as it arrives.
+    log_stream: TextIO | None = None
+    # Root of nmtserve's cache (backend directory); None: default_cache_dir().
+    cache_dir: Path | None = None
+    # Extra environment for the server (and so for the Python models' stub processes).
+    env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.model_repository = Path(self.model_repository)
+        ports = {"http": self.http_port, "grpc": self.grpc_port, "metrics": self.metrics_port}
+        for name, port in ports.items():
+            if not 0 < int(port) < 65536:
+                raise ValueError(f"{name} port {port} is not a valid TCP port")
+        if len(set(ports.values())) != len(ports):
+            raise ValueError(f"http, grpc and metrics ports must differ, got {ports}")
+
+
+@dataclass(frozen=True)
+class ServerUrls:
+    """Where a running server can be reached from this machine."""
+
+    http: str  # "http://127.0.0.1:8000": curl, browsers, urllib
+    grpc: str  # "grpc://127.0.0.1:8001"
+    metrics: str  # "http://127.0.0.1:8002/metrics" (Prometheus)
+    http_address: str  # "127.0.0.1:8000": tritonclient.http wants no scheme
+    grpc_address: str  # "127.0.0.1:8001": tritonclient.grpc wants no scheme
+
+
+def _client_host(host: str) -> str:
+    """The address a local client should dial for a server bound to host."""
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host == "::":
+        return "::1"
+    return host
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _urls_for(config: ServerConfig) -> ServerUrls:
+    host = _client_host(config.host)
+    http_address = _host_port(host, config.http_port)
+    grpc_address = _host_port(host, config.grpc_port)
+    return ServerUrls(
+        http=f"http://{http_address}",
+        grpc=f"grpc://{grpc_address}",
+        metrics=f"http://{_host_port(host, config.metrics_port)}/metrics",
+        http_address=http_address,
+        grpc_address=grpc_address,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Ports
+
+
+def _bind_probe(host: str, port: int) -> OSError | None:
+    """Try to bind (host, port) the way the server will; return the error, if any."""
+    try:
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as exc:
+        return exc
+    family, socktype, proto, _, address = infos[0]
+    with socket.socket(family, socktype, proto) as sock:
+        # Triton's gRPC and HTTP servers set SO_REUSEADDR, so a port left in TIME_WAIT by a
+        # previous server is free for them; probing without it would report a false conflict.
+        # A port with a listener is still refused.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            return exc
+    return None
+
+
+def check_ports_free(config: ServerConfig) -> None:
+    """Raise PortInUseError if a port of config cannot be bound on its host."""
+    for name, port in (
+        ("http", config.http_port),
+        ("grpc", config.grpc_port),
+        ("metrics", config.metrics_port),
+    ):
+        error = _bind_probe(config.host, port)
+        if error is None:
+            continue
+        if isinstance(error, OSError) and error.errno == errno.EADDRINUSE:
+            raise PortInUseError(
+                f"port {port} ({name}) on {config.host} is already in use: stop what listens "
+                f"there or choose another port"
+            )
+        raise PortInUseError(f"cannot bind port {port} ({name}) on {config.host}: {error}")
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """count distinct TCP ports that are free on host right now (for tests).
+
+    The probe sockets stay open until all are chosen, so the ports differ; another process
+    may still take one before the server binds it.
+    """
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(
+                socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM
+            )
+            sockets.append(sock)
+            sock.bind((host, 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on host right now (for tests)."""
+    return free_ports(1, host)[0]
+
+
+# --------------------------------------------------------------------------------------------
+# Model repository
+
+
+def check_model_repository(repository: Path) -> list[str]:
+    """Return the model names of repository; raise ServerError if it cannot be served."""
+    if not repository.exists():
+        raise ServerError(f"model repository {repository} does not exist")
+    if not repository.is_dir():
+        raise ServerError(f"model repository {repository} is not a directory")
+    models: list[str] = []
+    without_config: list[str] = []
+    for entry in sorted(repository.iterdir()):
+        if not entry.is_dir() or entry.name.startswith("."):
+            continue
+        (models if (entry / "config.pbtxt").is_file() else without_config).append(entry.name)
+    if not models:
+        detail = (
+            f" (directories without one: {', '.join(without_config)})" if without_config else ""
+        )
+        raise ServerError(
+            f"model repository {repository} has no model: expected at least one directory "
+            f"<model>/config.pbtxt{detail}"
+        )
+    if without_config:
+        # --disable-auto-complete-config means Triton will not invent a config for these, and
+        # with --model-control-mode=none it tries to load every directory: they will fail.
+        LOGGER.warning(
+            "model repository %s: %s ha%s no config.pbtxt and will fail to load",
+            repository,
+            ", ".join(without_config),
+            "s" if len(without_config) == 1 else "ve",
+        )
+    return models
+
+
+# --------------------------------------------------------------------------------------------
+# Logs
+
+
+def _tail_lines(path: Path, count: int = LOG_TAIL_LINES, max_bytes: int = 64 * 1024) -> list[str]:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    return text.splitlines()[-count:]
+
+
+# Triton 2.51 reports a model that fails to load as
+#   E... model_lifecycle.cc:...] "failed to load 'NAME' version 1: Internal: ..."
+# and again in the model table as "| NAME | 1 | UNAVAILABLE: ... |".
+_FAILED_MODEL = re.compile(r"failed to load '([^']+)'")
+# What the dynamic linker prints when a stub (or the server) misses a library.
+_MISSING_LIBRARY = "error while loading shared libraries"
+
+
+def _failed_model_report(path: Path) -> tuple[list[str], list[str]]:
+    """(names of the models that failed to load, the log lines that say so)."""
+    try:
+        text = path.read_text("utf-8", errors="replace")
+    except OSError:
+        return [], []
+    names: list[str] = []
+    lines: list[str] = []
+    for line in text.splitlines():
+        match = _FAILED_MODEL.search(line)
+        if match:
+            if match.group(1) not in names:
+                names.append(match.group(1))
+            # Triton escapes the Python traceback's newlines: restore them for reading.
+            lines.append(line.strip().replace("\\n", "\n    "))
+        elif "UNAVAILABLE" in line and line.lstrip().startswith("|"):
+            lines.append(line.strip())
+    return names, lines
+
+
+# --------------------------------------------------------------------------------------------
+# The server
+
+
+def _server_env(install: TritonInstall, extra: dict[str, str]) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(extra)
+    # Mirror pytriton.server.triton_server.TritonServer._get_env: the wheel's libraries on
+    # LD_LIBRARY_PATH (appended, so a user's own entries keep precedence) and this
+    # environment's bin first on PATH (the stub resolves sys.prefix through `python3` on PATH).
+    library_dirs = [str(d) for d in install.library_dirs]
+    python_libdir = _python_library_dir()
+    if python_libdir is not None:
+        library_dirs.append(str(python_libdir))
+    existing = [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        existing + [d for d in library_dirs if d not in existing]
+    )
+    # sys.exec_prefix/bin is the venv's bin even when sys.executable is a symlink elsewhere.
+    python_bin = Path(sys.exec_prefix) / "bin"
+    if not (python_bin / "python3").exists():
+        python_bin = Path(sys.executable).parent
+    env["PATH"] = os.pathsep.join([str(python_bin), env.get("PATH", os.defpath)])
+    return env
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A preexec_fn that makes the child get SIGTERM when this process dies (Linux), so a
+    crashed or killed launcher never leaves a server holding its ports. PyTriton does the same.
+
+    Linux ties this to the *thread* that forked: start the server from a long-lived thread.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)  # loaded before fork: no dlopen in the child
+    except OSError:
+        return None
+    parent = os.getpid()
+    pr_set_pdeathsig = 1
+
+    def preexec() -> None:
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
+class TritonServer:
+    """One tritonserver process serving a model repository.
+
+    Usage::
+
+        with TritonServer(ServerConfig(model_repository=Path("model_repository"))) as server:
+            print(server.urls.grpc)
+
+    ``__enter__`` starts the server and waits until it is ready; ``__exit__`` stops it.
+    """
+
+    def __init__(self, config: ServerConfig, install: TritonInstall | None = None) -> None:
+        self.config = config
+        self._install = install
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log_path: Path | None = None
+        self._log_handle: IO[bytes] | None = None
+        self._log_thread: threading.Thread | None = None
+
+    # -- properties
+
+    @property
+    def urls(self) -> ServerUrls:
+        return _urls_for(self.config)
+
+    @property
+    def log_path(self) -> Path | None:
+        """The file with the server's stdout and stderr (set by start())."""
+        return self._log_path
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def returncode(self) -> int | None:
+        """The server's exit status once it has exited, else None."""
+        return self._process.poll() if self._process is not None else None
+
+    def is_running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    # -- lifecycle
+
+    def command(self, backend_directory: Path) -> list[str]:
+        """The tritonserver command line for this config."""
+        install = self._install or find_tritonserver()
+        config = self.config
+        host = config.host
+        return [
+            str(install.binary),
+            f"--model-repository={config.model_repository.resolve()}",
+            f"--backend-directory={backend_directory}",
+            f"--cache-directory={install.caches_dir}",
+            f"--http-address={host}",
+            f"--http-port={config.http_port}",
+            f"--grpc-address={host}",
+            f"--grpc-port={config.grpc_port}",
+            "--allow-metrics=true",
+            f"--metrics-address={host}",
+            f"--metrics-port={config.metrics_port}",
+            # Load everything in the repository once; no load/unload API to guard.
+            "--model-control-mode=none",
+            # Every config.pbtxt is complete; auto-complete starts each Python model's stub an
+            # extra time just to ask it for its config (start-up ~4x slower).
+            "--disable-auto-complete-config",
+            f"--exit-timeout-secs={config.exit_timeout_s}",
+            f"--log-verbose={config.log_verbose}",
+            *config.extra_args,
+        ]
+
+    def start(self) -> None:
+        """Check the repository and the ports, then start the server (without waiting)."""
+        if self.is_running():
+            raise ServerError(f"tritonserver is already running (pid {self.pid})")
+        config = self.config
+        check_model_repository(config.model_repository)
+        check_ports_free(config)
+        install = self._install = self._install or find_tritonserver()
+        backend_directory = prepare_backend_directory(install, config.cache_dir)
+        if _python_library_dir() is None and not _system_has_libpython():
+            LOGGER.warning(
+                "libpython%s.so.1.0 was not found: Python-backend models will fail to start "
+                "(their stub links against it). Use a Python built with --enable-shared.",
+                install.python_version,
+            )
+        command = self.command(backend_directory)
+
+        if config.log_file is not None:
+            self._log_path = Path(config.log_file)
+            self._log_path.parent.mkdir(parents=True, exist_ok=True)
+        else:
+            fd, name = tempfile.mkstemp(prefix="nmtserve-tritonserver-", suffix=".log")
+            os.close(fd)
+            self._log_path = Path(name)
+        self._log_handle = self._log_path.open("wb")
+
+        LOGGER.info("starting tritonserver: %s", " ".join(command))
+        LOGGER.info("tritonserver log: %s", self._log_path)
+        self._process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            # Without a stream to copy to, the server writes straight into the file: no pipe
+            # that could fill up and block it if nobody reads.
+            stdout=subprocess.PIPE if config.log_stream is not None else self._log_handle,
+            stderr=subprocess.STDOUT,
+            env=_server_env(install, config.env),
+            # Its own process group: a terminal's Ctrl-C reaches only the launcher, which then
+            # stops the server once (and can kill the server and its stubs together).
+            start_new_session=True,
+            preexec_fn=_parent_death_signal(),
+        )
+        if config.log_stream is not None:
+            self._log_thread = threading.Thread(
+                target=self._copy_output,
+                args=(config.log_stream,),
+                name="tritonserver-log",
+                daemon=True,
+            )
+            self._log_thread.start()
+
+    def _copy_output(self, stream: TextIO) -> None:
+        assert self._process is not None and self._process.stdout is not None
+        assert self._log_handle is not None
+        for line in iter(self._process.stdout.readline, b""):
+            self._log_handle.write(line)
+            self._log_handle.flush()
+            try:
+                stream.write(line.decode("utf-8", errors="replace"))
+                stream.flush()
+            except (OSError, ValueError):  # closed stream: keep logging to the file
+                pass
+
+    def wait_until_ready(
+        self, timeout: float | None = None, abort: threading.Event | None = None
+    ) -> float:
+        """Poll GET /v2/health/ready until the server is ready; return the seconds it took.
+
+        With --model-control-mode=none Triton is ready only when every model has loaded. Raises
+        ServerStartError as soon as the server exits (quoting the log lines that name a model
+        that failed to load, and the log's tail), or when timeout (default: the config's
+        startup_timeout_s) passes. abort, when set, ends the wait early with ServerStartError.
+        """
+        if self._process is None:
+            raise ServerError("tritonserver was not started")
+        timeout = self.config.startup_timeout_s if timeout is None else timeout
+        url = f"{self.urls.http}/v2/health/ready"
+        # An HTTP(S)_PROXY in the environment must not capture requests to our own loopback.
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        started = time.monotonic()
+        deadline = started + timeout
+        while True:
+            if self._process.poll() is not None:
+                raise ServerStartError(self.exit_report("before it was ready"))
+            try:
+                with opener.open(url, timeout=1.0) as response:
+                    if response.status == 200:
+                        elapsed = time.monotonic() - started
+                        LOGGER.info("tritonserver ready after %.2f s", elapsed)
+                        return elapsed
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass  # not listening yet, or 400 while models load
+            if abort is not None and abort.is_set():
+                raise ServerStartError("start-up aborted")
+            if self._stub_cannot_start():
+                # Triton keeps waiting for a stub that died loading its libraries: give up now
+                # rather than at the timeout.
+                raise ServerStartError(
+                    "a Python backend stub could not start.\n" + self._log_excerpt()
+                )
+            if time.monotonic() >= deadline:
+                raise ServerStartError(
+                    f"tritonserver was not ready after {timeout:.0f} s.\n" + self._log_excerpt()
+                )
+            time.sleep(0.1)
+
+    def _stub_cannot_start(self) -> bool:
+        if self._log_path is None:
+            return False
+        return any(_MISSING_LIBRARY in line for line in _tail_lines(self._log_path))
+
+    def exit_report(self, when: str) -> str:
+        """Why the server exited: its exit status, the models that failed to load, the log's
+        tail. when completes "tritonserver exited with code N ..."."""
+        assert self._process is not None
+        code = self._process.poll()
+        head = f"tritonserver exited with code {code} {when}."
+        if self._log_thread is not None:
+            self._log_thread.join(timeout=2.0)  # let the last lines reach the file
+        return head + "\n" + self._log_excerpt()
+
+    def _log_excerpt(self) -> str:
+        if self._log_path is None:
+            return ""
+        if self._log_handle is not None:
+            self._log_handle.flush()
+        parts: list[str] = []
+        names, lines = _failed_model_report(self._log_path)
+        if names:
+            parts.append(f"Model(s) that failed to load: {', '.join(names)}")
+            parts.extend(f"  {line}" for line in lines)
+        tail = _tail_lines(self._log_path)
+        if any(_MISSING_LIBRARY in line for line in tail):
+            parts.append(
+                "A shared library is missing: check that nvidia-pytriton is complete and that "
+                "this Python has a shared libpython."
+            )
+        # Triton's start-up banner is tables (backends, models, options): the failed models'
+        # rows are quoted above, the rest only hides the messages around them.
+        tail = [line for line in tail if line.strip() and not line.lstrip().startswith(("|", "+"))]
+        parts.append(f"Last lines of {self._log_path}:")
+        parts.extend(f"  {line}" for line in tail[-LOG_TAIL_LINES // 2 :])
+        return "\n".join(parts)
+
+    def stop(self, timeout: float | None = None) -> int | None:
+        """Stop the server: SIGINT, wait, then SIGKILL (with its stub processes).
+
+        timeout defaults to the config's exit_timeout_s plus 10 s: Triton itself gives
+        in-flight requests exit_timeout_s, then needs a moment to unload. Returns the exit
+        status (None if it was never started). Safe to call more than once.
+        """
+        process = self._process
+        if process is None:
+            return None
+        if process.poll() is None:
+            timeout = self.config.exit_timeout_s + 10.0 if timeout is None else timeout
+            LOGGER.info("stopping tritonserver (pid %d)", process.pid)
+            try:
+                # Triton handles SIGINT and SIGTERM alike: finish in-flight work, unload, exit.
+                process.send_signal(signal.SIGINT)
+                process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                LOGGER.warning("tritonserver did not stop within %.0f s; killing it", timeout)
+                self._kill_group(process)
+                process.wait()
+        self._kill_group(process)  # stubs that outlived their server, if any
+        if self._log_thread is not None:
+            self._log_thread.join(timeout=5.0)
+            self._log_thread = None
+        if process.stdout is not None:
+            process.stdout.close()
+        if self._log_handle is not None:
+            self._log_handle.close()
+            self._log_handle = None
+        return process.returncode
+
+    @staticmethod
+    def _kill_group(process: subprocess.Popen[bytes]) -> None:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def __enter__(self) -> TritonServer:
+        self.start()
+        try:
+            self.wait_until_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _system_has_libpython() -> bool:
+    return (
+        ctypes.util.find_library(f"python{sys.version_info.major}.{sys.version_info.minor}")
+        is not None
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# CLI entry
+
+
+def serve_forever(config: ServerConfig, out: TextIO | None = None) -> int:
+    """Run the server until SIGINT/SIGTERM; return the process exit code for the CLI.
+
+    0 after a requested stop (also during start-up); 1 when the server did not start; the
+    server's own status (128 + signal if it was killed) when it died while serving.
+    """
+    out = out or sys.stdout
+    stop_requested = threading.Event()
+    previous: dict[int, object] = {}
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        stop_requested.set()
+
+    # signal.signal works only in the main thread; elsewhere the caller owns shutdown.
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, request_stop)
+    server = TritonServer(config)
+    try:
+        try:
+            server.start()
+            elapsed = server.wait_until_ready(abort=stop_requested)
+        except ServerError as exc:
+            if stop_requested.is_set():
+                return 0
+            print(f"nmtserve: {exc}", file=sys.stderr)
+            return 1
+        urls = server.urls
+        print(
+            f"nmtserve: Triton is serving {config.model_repository} (ready in {elapsed:.1f} s)\n"
+            f"  HTTP     {urls.http}\n"
+            f"  gRPC     {urls.grpc_address}\n"
+            f"  metrics  {urls.metrics}\n"
+            f"  log      {server.log_path}\n"
+            f"  pid      {server.pid}\n"
+            "Press Ctrl+C to stop.",
+            file=out,
+            flush=True,
+        )
+        while not stop_requested.wait(0.5):
+            code = server.returncode
+            if code is not None:
+                print(f"nmtserve: {server.exit_report('while serving')}", file=sys.stderr)
+                if code == 0:  # exiting unasked is a failure even when Triton calls it success
+                    return 1
+                return 128 - code if code < 0 else code
+        print("nmtserve: stopping", file=out, flush=True)
+        server.stop()
+        return 0
+    finally:
+        server.stop()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]

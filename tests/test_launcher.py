@@ -1,0 +1,334 @@
+"""The embedded launcher starts the real tritonserver from the nvidia-pytriton wheel.
+
+Tests marked ``server`` start it (about a second each on two cores, plus ~3 s to stop); the
+others check what the launcher refuses before starting anything.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nmtserve.server import launcher
+from nmtserve.server.launcher import (
+    PortInUseError,
+    ServerConfig,
+    ServerError,
+    ServerStartError,
+    TritonInstall,
+    TritonNotInstalledError,
+    TritonServer,
+    find_tritonserver,
+    free_ports,
+    prepare_backend_directory,
+)
+
+ECHO_REPOSITORY = Path(__file__).parent / "fixtures" / "echo_repository"
+TEXTS = ["Guten Morgen.", "Grüße aus Köln – ✓", ""]
+
+
+@pytest.fixture(scope="module")
+def install() -> TritonInstall:
+    try:
+        return find_tritonserver()
+    except TritonNotInstalledError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+def make_config(repository: Path, cache_dir: Path, log_dir: Path) -> ServerConfig:
+    http, grpc, metrics = free_ports(3)
+    return ServerConfig(
+        model_repository=repository,
+        http_port=http,
+        grpc_port=grpc,
+        metrics_port=metrics,
+        cache_dir=cache_dir,
+        log_file=log_dir / "tritonserver.log",
+        startup_timeout_s=60,
+    )
+
+
+@pytest.fixture(scope="module")
+def echo_server(
+    install: TritonInstall, cache_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TritonServer]:
+    config = make_config(ECHO_REPOSITORY, cache_dir, tmp_path_factory.mktemp("echo-log"))
+    with TritonServer(config, install) as server:
+        yield server
+
+
+def text_array(texts: list[str]) -> np.ndarray:
+    return np.array([t.encode("utf-8") for t in texts], dtype=np.object_)
+
+
+# -- a running server
+
+
+@pytest.mark.server
+def test_server_reports_ready_over_http(echo_server: TritonServer) -> None:
+    with urllib.request.urlopen(f"{echo_server.urls.http}/v2/health/ready", timeout=5) as response:
+        assert response.status == 200
+
+
+@pytest.mark.server
+def test_grpc_infer_returns_the_text(echo_server: TritonServer) -> None:
+    grpcclient = pytest.importorskip("tritonclient.grpc")
+    client = grpcclient.InferenceServerClient(url=echo_server.urls.grpc_address)
+    text = grpcclient.InferInput("TEXT", [len(TEXTS)], "BYTES")
+    text.set_data_from_numpy(text_array(TEXTS))
+
+    result = client.infer("echo", [text])
+
+    assert [b.decode("utf-8") for b in result.as_numpy("TEXT")] == TEXTS
+
+
+@pytest.mark.server
+def test_http_infer_returns_the_text(echo_server: TritonServer) -> None:
+    httpclient = pytest.importorskip("tritonclient.http")
+    client = httpclient.InferenceServerClient(url=echo_server.urls.http_address)
+    text = httpclient.InferInput("TEXT", [len(TEXTS)], "BYTES")
+    text.set_data_from_numpy(text_array(TEXTS))
+
+    result = client.infer("echo", [text])
+
+    assert [b.decode("utf-8") for b in result.as_numpy("TEXT")] == TEXTS
+
+
+@pytest.mark.server
+def test_metrics_are_served(echo_server: TritonServer) -> None:
+    with urllib.request.urlopen(echo_server.urls.metrics, timeout=5) as response:
+        assert b"nv_inference_request_success" in response.read()
+
+
+def test_server_environment_puts_this_python_first(install: TritonInstall) -> None:
+    env = launcher._server_env(install, {})
+
+    assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.exec_prefix) / "bin")
+    assert str(install.library_dirs[0]) in env["LD_LIBRARY_PATH"].split(os.pathsep)
+
+
+# -- refused before starting
+
+
+def test_taken_port_is_reported_without_starting(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = make_config(ECHO_REPOSITORY, tmp_path / "cache", tmp_path)
+        config.grpc_port = port
+        server = TritonServer(config)
+
+        with pytest.raises(
+            PortInUseError, match=f"port {port} \\(grpc\\) on 127.0.0.1 is already in use"
+        ):
+            server.start()
+
+    assert server.pid is None
+
+
+def test_missing_repository_is_reported(tmp_path: Path) -> None:
+    server = TritonServer(make_config(tmp_path / "nowhere", tmp_path / "cache", tmp_path))
+
+    with pytest.raises(ServerError, match="does not exist"):
+        server.start()
+    assert server.pid is None
+
+
+def test_repository_without_a_model_config_is_reported(tmp_path: Path) -> None:
+    repository = tmp_path / "repository"
+    (repository / "echo" / "1").mkdir(parents=True)
+
+    with pytest.raises(ServerError, match=r"has no model.*config\.pbtxt.*echo"):
+        TritonServer(make_config(repository, tmp_path / "cache", tmp_path)).start()
+
+
+def test_ports_must_differ(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="must differ"):
+        ServerConfig(model_repository=tmp_path, http_port=9000, grpc_port=9000)
+
+
+def test_missing_wheel_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(launcher, "_pytriton_package_dir", lambda: None)
+
+    with pytest.raises(
+        TritonNotInstalledError, match=r"nvidia-pytriton.*pip install 'nmtserve\[server\]'"
+    ):
+        find_tritonserver()
+
+
+def test_launcher_does_not_import_torch() -> None:
+    code = "import sys, nmtserve.server.launcher; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+# -- the backend directory
+
+
+def test_backend_directory_is_prepared_once_outside_site_packages(
+    install: TritonInstall, tmp_path: Path
+) -> None:
+    backends = prepare_backend_directory(install, tmp_path)
+    stub = backends / "python" / "triton_python_backend_stub"
+    first = {p.name: p.stat().st_mtime_ns for p in (backends / "python").iterdir()}
+
+    again = prepare_backend_directory(install, tmp_path)
+
+    assert again == backends
+    assert backends.is_relative_to(tmp_path)
+    assert {p.name: p.stat().st_mtime_ns for p in (backends / "python").iterdir()} == first
+    assert sorted(first) == [
+        "libtriton_python.so",
+        "triton_python_backend_stub",
+        "triton_python_backend_utils.py",
+    ]
+    assert os.access(stub, os.X_OK)
+    assert stub.read_bytes() == install.stub.read_bytes()
+
+
+def test_backend_directory_repairs_a_damaged_copy(install: TritonInstall, tmp_path: Path) -> None:
+    backends = prepare_backend_directory(install, tmp_path)
+    stub = backends / "python" / "triton_python_backend_stub"
+    stub.write_bytes(b"truncated")
+
+    prepare_backend_directory(install, tmp_path)
+
+    assert stub.read_bytes() == install.stub.read_bytes()
+
+
+# -- failures and shutdown
+
+
+@pytest.mark.server
+def test_model_failing_to_initialize_is_named(
+    install: TritonInstall, cache_dir: Path, tmp_path: Path
+) -> None:
+    repository = tmp_path / "repository"
+    (repository / "broken" / "1").mkdir(parents=True)
+    (repository / "broken" / "config.pbtxt").write_text(
+        (ECHO_REPOSITORY / "echo" / "config.pbtxt")
+        .read_text()
+        .replace('name: "echo"', 'name: "broken"')
+    )
+    (repository / "broken" / "1" / "model.py").write_text(
+        textwrap.dedent(
+            """
+            class TritonPythonModel:
+                def initialize(self, args):
+                    raise RuntimeError("broken on purpose")
+            """
+        )
+    )
+    server = TritonServer(make_config(repository, cache_dir, tmp_path), install)
+    server.start()
+    try:
+        with pytest.raises(ServerStartError) as failure:
+            server.wait_until_ready()
+    finally:
+        server.stop()
+
+    message = str(failure.value)
+    assert "Model(s) that failed to load: broken" in message
+    assert "failed to load 'broken'" in message
+    assert "broken on purpose" in message
+    assert server.returncode not in (None, 0)
+
+
+@pytest.mark.server
+def test_stop_ends_the_server_promptly(
+    install: TritonInstall, cache_dir: Path, tmp_path: Path
+) -> None:
+    server = TritonServer(make_config(ECHO_REPOSITORY, cache_dir, tmp_path), install)
+    server.start()
+    try:
+        server.wait_until_ready()
+        pid = server.pid
+        started = time.monotonic()
+        server.stop()
+        elapsed = time.monotonic() - started
+    finally:
+        server.stop()
+
+    assert elapsed < 6.0, f"stop() took {elapsed:.1f} s"
+    assert server.returncode == 0
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # type: ignore[arg-type]
+
+
+def start_serve_forever(cache_dir: Path, tmp_path: Path) -> tuple[subprocess.Popen[str], str]:
+    """Run serve_forever in a child Python (it installs signal handlers, so it needs a main
+    thread of its own); return the process and its banner once it is ready."""
+    http, grpc, metrics = free_ports(3)
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from pathlib import Path
+        from nmtserve.server.launcher import ServerConfig, serve_forever
+        sys.exit(serve_forever(ServerConfig(
+            model_repository=Path({str(ECHO_REPOSITORY)!r}), http_port={http}, grpc_port={grpc},
+            metrics_port={metrics}, cache_dir=Path({str(cache_dir)!r}),
+            log_file=Path({str(tmp_path / "serve.log")!r}), startup_timeout_s=60)))
+        """
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None
+    banner = []
+    for line in process.stdout:  # blocks until the banner is complete or the process ends
+        banner.append(line)
+        if line.startswith("Press Ctrl+C"):
+            break
+    output = "".join(banner)
+    if "Press Ctrl+C" not in output:
+        process.kill()
+        pytest.fail(f"serve_forever did not start:\n{output}{process.communicate()[1]}")
+    assert f"http://127.0.0.1:{http}" in output
+    assert f"127.0.0.1:{grpc}" in output
+    assert f"http://127.0.0.1:{metrics}/metrics" in output
+    return process, output
+
+
+@pytest.mark.server
+def test_serve_forever_stops_cleanly_on_sigint(
+    install: TritonInstall, cache_dir: Path, tmp_path: Path
+) -> None:
+    process, _ = start_serve_forever(cache_dir, tmp_path)
+    try:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=20) == 0
+    finally:
+        process.kill()
+        process.wait()
+
+
+@pytest.mark.server
+def test_serve_forever_fails_when_the_server_dies(
+    install: TritonInstall, cache_dir: Path, tmp_path: Path
+) -> None:
+    process, banner = start_serve_forever(cache_dir, tmp_path)
+    try:
+        server_pid = int(re.search(r"pid +(\d+)", banner).group(1))  # type: ignore[union-attr]
+        os.kill(server_pid, signal.SIGKILL)
+        assert process.wait(timeout=20) == 128 + signal.SIGKILL
+        assert "tritonserver exited with code -9 while serving" in process.communicate()[1]
+    finally:
+        process.kill()
+        process.wait()
