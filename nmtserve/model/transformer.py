@@ -138,8 +138,9 @@ class MultiHeadAttention(nn.Module):
         s_past = s_past.masked_fill(~past_mask[:, None, None, None, :], _neg_inf(s_past.dtype))
         s_new = (q * k_new).sum(-1, keepdim=True).unsqueeze(-1)  # (B, K, h, 1, 1)
         p = torch.softmax(torch.cat([s_past, s_new], dim=-1), dim=-1)  # (B, K, h, 1, T + 1)
-        p_past, p_new = p[..., :-1], p[..., -1:]
-        out = torch.matmul(p_past, v_past).squeeze(-2) + p_new.squeeze(-1) * v_new  # (B, K, h, d_k)
+        p_past, p_new = p[..., :-1], p[..., -1:]  # (B, K, h, 1, T), (B, K, h, 1, 1)
+        # Index instead of squeeze: squeeze of a traced dim exports as an If node (TensorRT-hostile).
+        out = torch.matmul(p_past, v_past)[..., 0, :] + p_new[..., 0, :] * v_new  # (B, K, h, d_k)
         return self.out_proj(out.flatten(-2)), k_new, v_new
 
 

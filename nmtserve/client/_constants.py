@@ -1,0 +1,54 @@
+"""The client's defaults, in one place (the constructors and the CLI read them from here)."""
+
+from __future__ import annotations
+
+# -- where the server is
+DEFAULT_PROTOCOL = "grpc"
+DEFAULT_HOST = "localhost"
+# Triton's standard ports; a URL without a port gets the one of its protocol.
+DEFAULT_PORTS = {"grpc": 8001, "http": 8000}
+DEFAULT_URL = f"{DEFAULT_HOST}:{DEFAULT_PORTS[DEFAULT_PROTOCOL]}"
+DEFAULT_MODEL = "translate"
+
+# -- time
+# Per request (one batch of sentences). Generous: a beam search over 32 long sentences on a
+# CPU server takes seconds, and a request that timed out is not retried.
+DEFAULT_TIMEOUT = 60.0
+# Connecting is quick or it fails: a server that does not accept within this is not there.
+CONNECT_TIMEOUT = 10.0
+
+# -- retries (transient failures only: server unavailable, connection refused or reset)
+DEFAULT_MAX_RETRIES = 3
+# Exponential backoff: 0.5, 1, 2, 4, 8, 8 ... seconds, each shortened by up to 25% at random
+# so that clients that failed together do not come back together (the openai-python rule).
+INITIAL_RETRY_DELAY = 0.5
+MAX_RETRY_DELAY = 8.0
+RETRY_JITTER = 0.25
+# gRPC reconnects a broken channel on its own schedule (1 s, then x1.6 up to 120 s by default);
+# a channel still waiting out that schedule fails calls at once even after the server is back,
+# which would waste our retries. Keep its schedule no slower than ours.
+GRPC_RECONNECT_BACKOFF_MS = {"initial": 100, "min": 100, "max": 2000}
+
+# -- batching
+DEFAULT_BATCH_SIZE = 32  # sentences per request
+DEFAULT_MAX_BATCH_TOKENS = None  # no token budget
+DEFAULT_CONCURRENCY = 4  # requests in flight
+# Sentences are sorted by length within a window of this many requests' worth of input, so
+# that each request holds sentences of similar length (less padding on the server) while the
+# output can still stream in input order, window after window.
+SORT_WINDOW_REQUESTS = 16
+
+# -- the server contract (see nmtserve.client's docstring)
+INPUT_TEXT = "TEXT"
+INPUT_BEAM_SIZE = "BEAM_SIZE"
+INPUT_MAX_LENGTH = "MAX_LENGTH"
+INPUT_LENGTH_PENALTY = "LENGTH_PENALTY"
+INPUT_NUM_HYPOTHESES = "NUM_HYPOTHESES"
+OUTPUT_TRANSLATION = "TRANSLATION"
+OUTPUT_SCORE = "SCORE"
+OUTPUT_NBEST_TRANSLATION = "NBEST_TRANSLATION"
+OUTPUT_NBEST_SCORE = "NBEST_SCORE"
+
+# -- health
+READY_POLL_INTERVAL = 0.2
+DEFAULT_READY_TIMEOUT = 30.0

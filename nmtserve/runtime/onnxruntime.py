@@ -1,0 +1,103 @@
+"""The exported graphs under ONNX Runtime: an encoder call and a ``StepModel`` for the search.
+
+Per step, the self-attention cache is never copied: the buffers are time-major
+``(T_max, R, h, d_k)`` so ``buf[:T]`` is a contiguous view ORT reads in place, beams are
+reordered through the ``cache_rows`` table, and only the new step's K/V come back.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from .. import graphs
+from ..decoding.cache import CacheIndex
+from .spec import ModelSpec
+
+log = logging.getLogger(__name__)
+
+
+def session_options(threads: int | None = None) -> ort.SessionOptions:
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if threads:
+        so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    # Spinning workers fight the Python thread between calls on small machines (DESIGN.md).
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return so
+
+
+class OnnxModel:
+    """Encoder + incremental decoder sessions for one exported model."""
+
+    def __init__(self, encoder: Path, decoder: Path, spec: ModelSpec, threads: int | None = None,
+                 providers: list[str] | None = None):
+        self.spec = spec
+        providers = providers or ["CPUExecutionProvider"]
+        self.encoder = ort.InferenceSession(str(encoder), session_options(threads), providers=providers)
+        self.decoder = ort.InferenceSession(str(decoder), session_options(threads), providers=providers)
+        dims = spec.dims
+        self._enc_out = [t.name for t in graphs.encoder_outputs(dims)]
+        self._dec_out = [t.name for t in graphs.decoder_outputs(dims)]
+        self._float = np.float16 if self.decoder.get_inputs()[2].type == "tensor(float16)" else np.float32
+
+    def encode(self, src_ids: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """src_ids (B, S) -> per layer memory keys (B, h, d_k, S) and values (B, h, S, d_k)."""
+        out = self.encoder.run(self._enc_out, {"src_ids": np.ascontiguousarray(src_ids, dtype=np.int32)})
+        return out[0::2], out[1::2]
+
+    def step_model(self, src_ids: np.ndarray, beam: int, max_steps: int) -> OnnxStepModel:
+        keys, values = self.encode(src_ids)
+        return OnnxStepModel(self, keys, values, src_ids != self.spec.pad_id, beam, max_steps)
+
+    def run_step(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return self.decoder.run(self._dec_out, feeds)
+
+
+class OnnxStepModel:
+    """``nmtserve.decoding.StepModel`` over ``OnnxModel`` for one batch decoded in lockstep."""
+
+    def __init__(self, model: OnnxModel, memory_keys: list[np.ndarray], memory_values: list[np.ndarray],
+                 src_mask: np.ndarray, beam: int, max_steps: int):
+        spec = model.spec
+        if max_steps > spec.max_positions:
+            raise ValueError(f"max length {max_steps} exceeds the model's {spec.max_positions} positions")
+        self.model = model
+        self.memory_keys, self.memory_values = memory_keys, memory_values
+        self.src_mask = np.ascontiguousarray(src_mask, dtype=bool)
+        self.index = CacheIndex(src_mask.shape[0], beam, max_steps)
+        shape = (max_steps, self.index.rows, spec.heads, spec.d_k)
+        self.past_keys = [np.zeros(shape, model._float) for _ in range(spec.layers)]
+        self.past_values = [np.zeros(shape, model._float) for _ in range(spec.layers)]
+
+    def step(self, tokens: np.ndarray, parents: np.ndarray | None, batch_index: np.ndarray | None) -> np.ndarray:
+        self.index.reorder(parents, batch_index)
+        if batch_index is not None and len(batch_index) != self.src_mask.shape[0]:
+            # A sentence finished: drop its rows from the per-sentence inputs (only on such steps).
+            self.memory_keys = [np.ascontiguousarray(k[batch_index]) for k in self.memory_keys]
+            self.memory_values = [np.ascontiguousarray(v[batch_index]) for v in self.memory_values]
+            self.src_mask = np.ascontiguousarray(self.src_mask[batch_index])
+        rows, past_mask, t_len = self.index.inputs()
+        n = len(self.past_keys)
+        feeds = {
+            "input_ids": np.ascontiguousarray(tokens, dtype=np.int32),
+            "position": np.full((tokens.shape[0],), self.index.step_count, dtype=np.int32),
+            "cache_rows": rows.astype(np.int32),
+            "past_mask": past_mask,
+            "src_mask": self.src_mask,
+        }
+        for i in range(n):
+            feeds[f"past_key.{i}"] = self.past_keys[i][:t_len]
+            feeds[f"past_value.{i}"] = self.past_values[i][:t_len]
+            feeds[f"memory_key.{i}"] = self.memory_keys[i]
+            feeds[f"memory_value.{i}"] = self.memory_values[i]
+        out = self.model.run_step(feeds)
+        t, write_rows = self.index.advance()
+        for i in range(n):
+            self.past_keys[i][t, write_rows] = out[1 + i].reshape(-1, *out[1 + i].shape[2:])
+            self.past_values[i][t, write_rows] = out[1 + n + i].reshape(-1, *out[1 + n + i].shape[2:])
+        return out[0]

@@ -1,0 +1,45 @@
+"""What a runtime needs to know about an exported model (``model.json`` beside the graphs)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .. import graphs
+
+SPEC_FILE = "model.json"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    layers: int  # decoder layers
+    heads: int
+    d_k: int
+    vocab: int
+    max_positions: int
+    pad_id: int
+    bos_id: int
+    eos_id: int
+    unk_id: int
+    max_source_len: int = 256
+    max_target_len: int = 256
+    max_batch: int = 64
+    # Defaults served when a request does not set them.
+    beam_size: int = 4
+    length_penalty: float = 1.0
+    max_length_a: float = 2.0
+    max_length_b: int = 10
+    tokenizer: dict = field(default_factory=dict)  # file names relative to the spec's folder
+    hashes: dict = field(default_factory=dict)  # sha256 of the graphs, for stale-engine checks
+
+    @property
+    def dims(self) -> graphs.Dims:
+        return graphs.Dims(layers=self.layers, heads=self.heads, d_k=self.d_k, vocab=self.vocab)
+
+    def save(self, path: Path) -> None:
+        Path(path).write_text(json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> ModelSpec:
+        return cls(**json.loads(Path(path).read_text()))
