@@ -1,0 +1,176 @@
+"""TensorRT engine build from the exported ONNX graphs (GPU only).
+
+Written against the TensorRT 10 Python API (``tensorrt.Builder``, ``OnnxParser``,
+``IBuilderConfig``, optimization profiles, timing cache). Plans are specific to the GPU model
+and the TensorRT version, so each plan has a JSON sidecar (GPU name and compute capability,
+TensorRT version, ONNX sha256, build options) and a stale plan is rebuilt, never loaded.
+
+The profile and staleness logic is plain Python and tested everywhere; ``build_engine`` runs
+only where ``tensorrt`` imports and a GPU is present.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .. import graphs
+from .onnx_export import file_sha256
+
+log = logging.getLogger(__name__)
+
+
+class TensorRTUnavailable(RuntimeError):
+    """TensorRT or a CUDA GPU is not available here."""
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    max_batch: int = 64  # sentences per call
+    max_beam: int = 8
+    max_source_len: int = 256
+    max_target_len: int = 256
+    fp16: bool = False
+    workspace_mb: int = 4096
+
+    def key(self) -> dict:
+        return asdict(self)
+
+
+Shape = tuple[int, ...]
+
+
+def _axis_ranges(opts: BuildOptions) -> dict[str, tuple[int, int, int]]:
+    """min / opt / max of every symbolic axis in ``nmtserve.graphs``."""
+    batch_opt = max(1, opts.max_batch // 4)
+    beam_opt = min(4, opts.max_beam)
+    return {
+        "batch": (1, batch_opt, opts.max_batch),
+        "beam": (1, beam_opt, opts.max_beam),
+        # past_len >= 1 always: step 0 runs with a masked dummy time slot (see transformer.py).
+        "past_len": (1, max(1, opts.max_target_len // 4), opts.max_target_len),
+        "rows": (1, batch_opt * beam_opt, opts.max_batch * opts.max_beam),
+        "src_len": (1, max(1, opts.max_source_len // 8), opts.max_source_len),
+    }
+
+
+def profile_shapes(tensors: list[graphs.Tensor], opts: BuildOptions) -> dict[str, tuple[Shape, Shape, Shape]]:
+    """(min, opt, max) shape of every input, for one optimization profile."""
+    ranges = _axis_ranges(opts)
+    out = {}
+    for t in tensors:
+        mins, opts_, maxs = [], [], []
+        for axis in t.axes:
+            lo, mid, hi = ranges[axis] if isinstance(axis, str) else (axis, axis, axis)
+            mins.append(lo)
+            opts_.append(mid)
+            maxs.append(hi)
+        out[t.name] = (tuple(mins), tuple(opts_), tuple(maxs))
+    return out
+
+
+def gpu_identity() -> dict:
+    """Name and compute capability of GPU 0, from nvidia-smi (present wherever the driver is)."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        raise TensorRTUnavailable("no NVIDIA driver found (nvidia-smi is missing)")
+    out = subprocess.run(
+        [smi, "--query-gpu=name,compute_cap", "--format=csv,noheader"], capture_output=True, text=True, timeout=30, check=True
+    ).stdout.strip().splitlines()
+    if not out:
+        raise TensorRTUnavailable("nvidia-smi lists no GPU")
+    name, cap = (s.strip() for s in out[0].split(","))
+    return {"gpu": name, "compute_capability": cap}
+
+
+def plan_metadata(onnx_path: Path, opts: BuildOptions, trt_version: str, gpu: dict) -> dict:
+    return {"onnx_sha256": file_sha256(onnx_path), "tensorrt": trt_version, **gpu, "options": opts.key()}
+
+
+def metadata_path(plan: Path) -> Path:
+    return plan.with_suffix(plan.suffix + ".json")
+
+
+def plan_is_current(plan: Path, expected: dict) -> tuple[bool, str]:
+    """Whether ``plan`` was built from the same ONNX, TensorRT, GPU and options; and why not."""
+    meta_file = metadata_path(plan)
+    if not plan.is_file() or not meta_file.is_file():
+        return False, "no plan yet"
+    try:
+        found = json.loads(meta_file.read_text())
+    except json.JSONDecodeError:
+        return False, "unreadable plan metadata"
+    changed = [k for k in expected if found.get(k) != expected[k]]
+    if changed:
+        return False, "changed since the last build: " + ", ".join(changed)
+    return True, "up to date"
+
+
+def _import_tensorrt():
+    try:
+        import tensorrt as trt
+    except ImportError as exc:  # pragma: no cover - depends on the machine
+        raise TensorRTUnavailable("TensorRT is not installed: pip install 'nmtserve[gpu]' or use the NGC container") from exc
+    return trt
+
+
+# Layers kept in fp32 in an fp16 engine: their sums and exponentials overflow fp16.
+_FP32_LAYER_TYPES = ("NORMALIZATION", "SOFTMAX", "REDUCE")
+
+
+def build_engine(
+    onnx_path: Path, plan_path: Path, inputs: list[graphs.Tensor], opts: BuildOptions,
+    timing_cache: Path | None = None, force: bool = False,
+) -> Path:  # pragma: no cover - needs a GPU and TensorRT
+    """Build (or keep, if current) a serialized TensorRT engine for one graph."""
+    trt = _import_tensorrt()
+    expected = plan_metadata(onnx_path, opts, trt.__version__, gpu_identity())
+    current, why = plan_is_current(plan_path, expected)
+    if current and not force:
+        log.info("%s: %s", plan_path, why)
+        return plan_path
+    log.info("building %s from %s (%s)", plan_path.name, onnx_path.name, why)
+    started = time.monotonic()
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    network = builder.create_network(0)  # explicit batch is the only mode in TensorRT 10
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse_from_file(str(onnx_path)):
+        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+        raise RuntimeError(f"TensorRT could not parse {onnx_path}: {errors}")
+    config = builder.create_builder_config()
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, opts.workspace_mb << 20)
+    if opts.fp16:
+        config.set_flag(trt.BuilderFlag.FP16)
+        config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
+        keep = {getattr(trt.LayerType, name) for name in _FP32_LAYER_TYPES}
+        for i in range(network.num_layers):
+            layer = network.get_layer(i)
+            if layer.type in keep:
+                layer.precision = trt.float32
+                for j in range(layer.num_outputs):
+                    layer.set_output_type(j, trt.float32)
+    profile = builder.create_optimization_profile()
+    for name, (lo, mid, hi) in profile_shapes(inputs, opts).items():
+        profile.set_shape(name, lo, mid, hi)
+    config.add_optimization_profile(profile)
+    cache_bytes = timing_cache.read_bytes() if timing_cache and timing_cache.is_file() else b""
+    cache = config.create_timing_cache(cache_bytes)
+    config.set_timing_cache(cache, ignore_mismatch=True)
+    serialized = builder.build_serialized_network(network, config)
+    if serialized is None:
+        raise RuntimeError(f"TensorRT failed to build {plan_path.name}; see the log above")
+    plan_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = plan_path.with_suffix(".tmp")
+    tmp.write_bytes(bytes(serialized))
+    tmp.replace(plan_path)
+    if timing_cache:
+        timing_cache.write_bytes(bytes(config.get_timing_cache().serialize()))
+    metadata_path(plan_path).write_text(json.dumps(expected, indent=2) + "\n")
+    log.info("built %s in %.0f s", plan_path.name, time.monotonic() - started)
+    return plan_path
