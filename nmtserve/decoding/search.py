@@ -140,6 +140,71 @@ def _topk_desc(scores: np.ndarray, k: int) -> np.ndarray:
     return np.argsort(-scores, axis=1, kind="stable")[:, :k]
 
 
+class SentenceSearch:
+    """The beam search state of one sentence, advanced one step at a time.
+
+    ``beam_search`` drives a batch of these in lockstep; the server's in-flight batcher drives
+    sentences that joined at different steps. Both run exactly this code.
+    """
+
+    def __init__(self, options: SearchOptions, source_length: int, *, bos_id: int, eos_id: int):
+        k = options.beam_size
+        self.options, self.eos_id = options, eos_id
+        self.max_len = options.max_length_for(source_length)
+        self.pool = _Finished(options.n_finished)
+        self.seqs: list[list[int]] = [[] for _ in range(k)]  # generated tokens of the running beams
+        self.scores = np.full(k, _INITIAL_OTHER_BEAMS, dtype=np.float64)
+        self.scores[0] = 0.0
+        self.tokens = np.full(k, bos_id, dtype=np.int64)  # input of the next step
+        self.parents: np.ndarray | None = None  # parent of each beam among the previous step's
+        self.t = 0  # tokens generated so far
+        self.done = False
+
+    def results(self) -> list[Hypothesis]:
+        return sorted(self.pool.hyps, key=lambda h: -h.score)[: self.options.num_hypotheses]
+
+
+def advance(searches: list[SentenceSearch], log_probs: np.ndarray) -> None:
+    """One step for sentences that share a beam width, from their log-probs (b, K, V)."""
+    log_probs = np.asarray(log_probs, dtype=np.float64)
+    b, k, vocab = log_probs.shape
+    min_len = np.array([s.t < s.options.min_length for s in searches])
+    if min_len.any():
+        log_probs = log_probs.copy()
+        log_probs[min_len, :, searches[0].eos_id] = -np.inf
+    scores = np.stack([s.scores for s in searches])
+    cand = (scores[:, :, None] + log_probs).reshape(b, k * vocab)
+    top = _topk_desc(cand, 2 * k)  # (b, 2K)
+    top_scores = np.take_along_axis(cand, top, axis=1)
+    top_beam, top_token = top // vocab, top % vocab
+    for row, search in enumerate(searches):
+        _advance_one(search, top_beam[row], top_token[row], top_scores[row])
+
+
+def _advance_one(s: SentenceSearch, top_beam: np.ndarray, top_token: np.ndarray, top_scores: np.ndarray) -> None:
+    k, lp, eos = s.options.beam_size, s.options.length_penalty, s.eos_id
+    gen_len = s.t + 1
+    at_max = gen_len >= s.max_len
+    tokens = np.full(k, eos, dtype=np.int64)
+    parents = np.zeros(k, dtype=np.int64)
+    scores = np.full(k, -np.inf)  # beams V is too small to refill stay dead
+    n_run = 0
+    for rank in range(len(top_beam)):
+        beam, token, score = int(top_beam[rank]), int(top_token[rank]), float(top_scores[rank])
+        if token == eos or at_max:
+            # Only candidates ranked in the top K may finish (transformers' rule).
+            if rank < k and score > -np.inf:
+                s.pool.add(Hypothesis([*s.seqs[beam], token], score / gen_len**lp, score))
+            if token == eos:
+                continue
+        if n_run < k:
+            tokens[n_run], parents[n_run], scores[n_run] = token, beam, score
+            n_run += 1
+    s.seqs = [[*s.seqs[p], int(t)] for p, t in zip(parents, tokens, strict=True)]
+    s.tokens, s.parents, s.scores, s.t = tokens, parents, scores, gen_len
+    s.done = at_max or _is_done(s.pool, scores[0], gen_len, s.max_len, s.options)
+
+
 def beam_search(
     model: StepModel,
     batch_size: int,
@@ -151,68 +216,22 @@ def beam_search(
 ) -> list[list[Hypothesis]]:
     """Decode ``batch_size`` sentences; returns, per sentence, its best hypotheses (best first).
 
-    Each sentence's result is independent of the others in the batch.
+    Each sentence's result is independent of the others in the batch; finished sentences leave
+    the running batch at once.
     """
-    k, lp = options.beam_size, options.length_penalty
-    source_lengths = np.asarray(source_lengths)
-    max_lens = np.array([options.max_length_for(int(n)) for n in source_lengths])
-    finished = [_Finished(options.n_finished) for _ in range(batch_size)]
-    active = np.arange(batch_size)  # original index of each live row
-    seqs = np.full((batch_size, k, 0), bos_id, dtype=np.int64)  # generated tokens of running beams
-    scores = np.full((batch_size, k), _INITIAL_OTHER_BEAMS, dtype=np.float64)
-    scores[:, 0] = 0.0
-    tokens = np.full((batch_size, k), bos_id, dtype=np.int64)
+    searches = [SentenceSearch(options, int(n), bos_id=bos_id, eos_id=eos_id) for n in source_lengths]
+    assert len(searches) == batch_size
+    live = list(range(batch_size))
     parents = batch_index = None
-    t = 0  # tokens generated so far
-    while len(active):
-        log_probs = np.asarray(model.step(tokens, parents, batch_index), dtype=np.float64)
-        b, _, vocab = log_probs.shape
-        if t < options.min_length:
-            log_probs[:, :, eos_id] = -np.inf
-        cand = (scores[:, :, None] + log_probs).reshape(b, k * vocab)
-        top = _topk_desc(cand, 2 * k)  # (b, 2K)
-        top_scores = np.take_along_axis(cand, top, axis=1)
-        top_beam, top_token = top // vocab, top % vocab
-        gen_len = t + 1
-
-        next_tokens = np.empty((b, k), dtype=np.int64)
-        next_parents = np.empty((b, k), dtype=np.int64)
-        next_scores = np.empty((b, k), dtype=np.float64)
-        keep = []
-        for row in range(b):
-            sent = active[row]
-            pool = finished[sent]
-            at_max = gen_len >= max_lens[sent]
-            n_run = 0
-            for rank in range(top.shape[1]):
-                beam, token, score = top_beam[row, rank], top_token[row, rank], top_scores[row, rank]
-                if token == eos_id or at_max:
-                    if rank < k and score > -np.inf:
-                        pool.add(Hypothesis([*seqs[row, beam].tolist(), int(token)], score / gen_len**lp, score))
-                    if token == eos_id:
-                        continue
-                if n_run < k:
-                    next_tokens[row, n_run], next_parents[row, n_run], next_scores[row, n_run] = token, beam, score
-                    n_run += 1
-            if n_run < k:  # V too small to refill every beam: pad with dead beams
-                next_tokens[row, n_run:], next_parents[row, n_run:], next_scores[row, n_run:] = eos_id, 0, -np.inf
-            if at_max or _is_done(pool, next_scores[row, 0], gen_len, max_lens[sent], options):
-                continue
-            keep.append(row)
-
-        keep_idx = np.asarray(keep, dtype=np.int64)
-        seqs = np.concatenate(
-            [np.take_along_axis(seqs, next_parents[:, :, None], axis=1), next_tokens[:, :, None]], axis=2
-        )[keep_idx]
-        scores, tokens, parents = next_scores[keep_idx], next_tokens[keep_idx], next_parents[keep_idx]
-        batch_index, active = keep_idx, active[keep_idx]
-        t += 1
-
-    results = []
-    for pool in finished:
-        ranked = sorted(pool.hyps, key=lambda h: -h.score)
-        results.append(ranked[: options.num_hypotheses])
-    return results
+    while live:
+        tokens = np.stack([searches[i].tokens for i in live])
+        log_probs = model.step(tokens, parents, batch_index)
+        advance([searches[i] for i in live], log_probs)
+        keep = [row for row, i in enumerate(live) if not searches[i].done]
+        batch_index = np.asarray(keep, dtype=np.int64)
+        live = [live[row] for row in keep]
+        parents = np.stack([searches[i].parents for i in live]) if live else None
+    return [s.results() for s in searches]
 
 
 def _is_done(pool: _Finished, best_running: float, gen_len: int, max_len: int, options: SearchOptions) -> bool:

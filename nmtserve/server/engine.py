@@ -1,0 +1,334 @@
+"""In-flight batching: decoding steps of concurrent requests run as one batch.
+
+Sentences (not requests) are the unit: a request's sentences join the running batch at the
+next step boundary as capacity allows, and each leaves the moment its search is done, so a
+short request never waits for a long one and one large request cannot block small ones for
+its whole duration. Every sentence runs the shared ``SentenceSearch``.
+
+The self-attention cache is one preallocated time-major pool per layer,
+``(T_pool, R_pool, h, d_k)``. Each step of the running batch writes at one global time ``g``;
+a sentence that joined at global time ``start`` owns ``K`` cache rows and a small table of
+which row holds each hypothesis' ancestor at each of its local times (cache indirection, see
+``nmtserve.model.transformer``). The graph sees the window ``[t_lo, g)`` of the pool (a
+contiguous slice) and a mask of each sentence's own times inside it. When ``g`` reaches the end
+of the pool, the live window is copied to the front (once per ~``T_pool / 2`` steps).
+
+Torch-free and Triton-free: the runtime is anything with ``spec``, ``encode(src_ids)`` and
+``run_step(feeds)`` (``OnnxModel`` in-process, or BLS calls to the ``decoder`` model).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from ..decoding.search import Hypothesis, SearchOptions, SentenceSearch, advance
+from ..runtime.spec import ModelSpec
+
+log = logging.getLogger(__name__)
+
+
+class StepRuntime(Protocol):
+    spec: ModelSpec
+
+    def encode(self, src_ids: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]: ...
+
+    def run_step(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]: ...
+
+
+Callback = Callable[[list[list[Hypothesis]] | None, BaseException | None], None]
+
+
+@dataclass(eq=False)
+class _Request:
+    sources: list[list[int]]
+    options: SearchOptions
+    callback: Callback
+    results: list[list[Hypothesis] | None] = field(default_factory=list)
+    remaining: int = 0
+    failed: bool = False
+    next_sentence: int = 0  # sentences before this one have been admitted
+    cancelled: Callable[[], bool] | None = None
+
+    def __post_init__(self) -> None:
+        self.results = [None] * len(self.sources)
+        self.remaining = len(self.sources)
+
+
+@dataclass(eq=False)
+class _Sentence:
+    request: _Request
+    index: int
+    search: SentenceSearch
+    rows: np.ndarray  # (K,) cache rows this sentence writes
+    start: int  # global time of its first step
+    table: np.ndarray  # (K, max_len) ancestor row at each local time
+    mem_k: list[np.ndarray]  # per layer (h, d_k, S)
+    mem_v: list[np.ndarray]  # per layer (h, S, d_k)
+    src_len: int
+
+
+class EngineStopped(RuntimeError):
+    pass
+
+
+class InflightBatcher:
+    """Runs the decode loop in a background thread; ``submit`` from any thread."""
+
+    def __init__(self, runtime: StepRuntime, max_sentences: int | None = None, max_beam: int = 8):
+        spec = runtime.spec
+        self.runtime, self.spec = runtime, spec
+        self.max_sentences = max_sentences or spec.max_batch
+        self.max_beam = max_beam
+        self.pool_time = 2 * spec.max_target_len + 2
+        rows = self.max_sentences * max_beam
+        self._float = getattr(runtime, "_float", np.float32)
+        shape = (self.pool_time, rows, spec.heads, spec.d_k)
+        self.past_keys = [np.zeros(shape, self._float) for _ in range(spec.layers)]
+        self.past_values = [np.zeros(shape, self._float) for _ in range(spec.layers)]
+        self.free_rows: deque[int] = deque(range(rows))
+        self.g = 0  # global time of the next step
+        self.active: list[_Sentence] = []
+        self.pending: deque[_Request] = deque()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._memory_cache: dict[tuple[int, ...], tuple] = {}
+        self.stats = {"steps": 0, "sentences": 0, "requests": 0, "max_batch_seen": 0}
+
+    # ---- public API -----------------------------------------------------------------
+    def start(self) -> InflightBatcher:
+        self._thread = threading.Thread(target=self._loop, name="nmtserve-batcher", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread:
+            self._thread.join(timeout)
+
+    def submit(self, sources: Sequence[Sequence[int]], options: SearchOptions, callback: Callback,
+               cancelled: Callable[[], bool] | None = None) -> None:
+        """Queue sentences (id lists ending with EOS); ``callback(results, error)`` runs in the engine thread."""
+        if options.beam_size > self.max_beam:
+            raise ValueError(f"beam_size {options.beam_size} exceeds this server's maximum {self.max_beam}")
+        request = _Request([list(s) for s in sources], options, callback, cancelled=cancelled)
+        if not request.sources:
+            callback([], None)
+            return
+        with self._cond:
+            if self._stopping:
+                raise EngineStopped("the decoding engine is shutting down")
+            self.pending.append(request)
+            self._cond.notify()
+
+    def translate(self, sources: Sequence[Sequence[int]], options: SearchOptions, timeout: float | None = None) -> list[list[Hypothesis]]:
+        """Blocking convenience wrapper (tests, benchmarks)."""
+        done = threading.Event()
+        box: dict = {}
+
+        def callback(results, error):
+            box["results"], box["error"] = results, error
+            done.set()
+
+        self.submit(sources, options, callback)
+        if not done.wait(timeout):
+            raise TimeoutError("translation did not finish in time")
+        if box["error"] is not None:
+            raise box["error"]
+        return box["results"]
+
+    # ---- the loop -----------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopping and not self.pending and not self.active:
+                    self._cond.wait()
+                if self._stopping:
+                    self._fail_all(EngineStopped("the decoding engine is shutting down"))
+                    return
+            try:
+                self._admit()
+                if self.active:
+                    self._step()
+            except Exception as exc:  # a runtime failure fails the running requests, not the server
+                log.exception("decoding step failed")
+                self._fail_all(exc)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        requests = {s.request for s in self.active}
+        with self._cond:
+            requests |= set(self.pending)
+            self.pending.clear()
+        for s in self.active:
+            self.free_rows.extend(s.rows.tolist())
+        self.active = []
+        self._memory_cache.clear()
+        for r in requests:
+            if not r.failed:
+                r.failed = True
+                r.callback(None, exc)
+
+    def _admit(self) -> None:
+        admitted: list[tuple[_Request, int]] = []
+        rows_needed = 0
+        with self._cond:
+            capacity = self.max_sentences - len(self.active)
+            while self.pending and capacity > 0:
+                request = self.pending[0]
+                if request.cancelled and request.cancelled():
+                    self.pending.popleft()
+                    request.failed = True
+                    request.callback(None, CancelledError("request cancelled"))
+                    continue
+                k = request.options.beam_size
+                if len(self.free_rows) < rows_needed + k:
+                    break
+                rows_needed += k
+                admitted.append((request, request.next_sentence))
+                request.next_sentence += 1
+                capacity -= 1
+                if request.next_sentence == len(request.sources):
+                    self.pending.popleft()
+        if not admitted:
+            return
+        if self.g + 1 >= self.pool_time:
+            self._compact()
+        sources = [r.sources[i] for r, i in admitted]
+        width = max(len(s) for s in sources)
+        src = np.full((len(sources), width), self.spec.pad_id, dtype=np.int32)
+        for row, ids in enumerate(sources):
+            src[row, : len(ids)] = ids
+        keys, values = self.runtime.encode(src)
+        for row, (request, i) in enumerate(admitted):
+            n = len(sources[row])
+            search = SentenceSearch(request.options, n, bos_id=self.spec.bos_id, eos_id=self.spec.eos_id)
+            k = request.options.beam_size
+            rows = np.array([self.free_rows.popleft() for _ in range(k)], dtype=np.int64)
+            self.active.append(_Sentence(
+                request=request, index=i, search=search, rows=rows, start=self.g,
+                table=np.repeat(rows[:, None], max(search.max_len, 1), axis=1),
+                mem_k=[k_[row, :, :, :n] for k_ in keys], mem_v=[v_[row, :, :n] for v_ in values], src_len=n,
+            ))
+        self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], len(self.active))
+
+    def _compact(self) -> None:
+        lo = min((s.start for s in self.active), default=self.g)
+        if lo == 0:
+            raise RuntimeError("decoder cache pool exhausted")
+        span = self.g - lo
+        for buf in (*self.past_keys, *self.past_values):
+            buf[:span] = buf[lo : self.g].copy()
+        for s in self.active:
+            s.start -= lo
+        self.g = span
+
+    def _memory(self, group: list[_Sentence]) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+        """Stacked cross-attention K/V and source mask of a group; rebuilt only when it changes."""
+        key = tuple(id(s) for s in group)
+        cached = self._memory_cache.get(key)
+        if cached is not None:
+            return cached
+        width = max(s.src_len for s in group)
+        spec = self.spec
+        b = len(group)
+        mem_k = [np.zeros((b, spec.heads, spec.d_k, width), self._float) for _ in range(spec.layers)]
+        mem_v = [np.zeros((b, spec.heads, width, spec.d_k), self._float) for _ in range(spec.layers)]
+        src_mask = np.zeros((b, width), dtype=bool)
+        for row, s in enumerate(group):
+            src_mask[row, : s.src_len] = True
+            for layer in range(spec.layers):
+                mem_k[layer][row, :, :, : s.src_len] = s.mem_k[layer]
+                mem_v[layer][row, :, : s.src_len] = s.mem_v[layer]
+        self._memory_cache = {k: v for k, v in self._memory_cache.items() if k != key}
+        if len(self._memory_cache) > 8:
+            self._memory_cache.clear()
+        self._memory_cache[key] = (mem_k, mem_v, src_mask)
+        return mem_k, mem_v, src_mask
+
+    def _step(self) -> None:
+        groups: dict[int, list[_Sentence]] = {}
+        for s in self.active:
+            groups.setdefault(s.search.options.beam_size, []).append(s)
+        g = self.g
+        finished: list[_Sentence] = []
+        for k, group in groups.items():
+            t_lo = min(s.start for s in group)
+            t_len = max(g - t_lo, 1)  # >= 1: a fresh batch attends a masked dummy slot
+            b = len(group)
+            cache_rows = np.empty((b, k, t_len), dtype=np.int32)
+            past_mask = np.zeros((b, t_len), dtype=bool)
+            for row, s in enumerate(group):
+                off, t = s.start - t_lo, s.search.t
+                cache_rows[row] = s.rows[0]
+                cache_rows[row, :, off : off + t] = s.table[:, :t]
+                past_mask[row, off : off + t] = True
+            mem_k, mem_v, src_mask = self._memory(group)
+            feeds = {
+                "input_ids": np.stack([s.search.tokens for s in group]).astype(np.int32),
+                "position": np.array([s.search.t for s in group], dtype=np.int32),
+                "cache_rows": cache_rows,
+                "past_mask": past_mask,
+                "src_mask": src_mask,
+            }
+            for i in range(self.spec.layers):
+                feeds[f"past_key.{i}"] = self.past_keys[i][t_lo : t_lo + t_len]
+                feeds[f"past_value.{i}"] = self.past_values[i][t_lo : t_lo + t_len]
+                feeds[f"memory_key.{i}"] = mem_k[i]
+                feeds[f"memory_value.{i}"] = mem_v[i]
+            out = self.runtime.run_step(feeds)
+            write_rows = np.concatenate([s.rows for s in group])
+            n = self.spec.layers
+            for i in range(n):
+                self.past_keys[i][g, write_rows] = out[1 + i].reshape(-1, *out[1 + i].shape[2:])
+                self.past_values[i][g, write_rows] = out[1 + n + i].reshape(-1, *out[1 + n + i].shape[2:])
+            for s in group:
+                s.table[:, s.search.t] = s.rows
+            searches = [s.search for s in group]
+            advance(searches, out[0])
+            for s in group:
+                if s.search.done:
+                    finished.append(s)
+                else:
+                    s.table = s.table[s.search.parents]
+        self.g += 1
+        self.stats["steps"] += 1
+        if finished:
+            done = set(map(id, finished))
+            self.active = [s for s in self.active if id(s) not in done]
+            for s in finished:
+                self.free_rows.extend(s.rows.tolist())
+                self._finish(s)
+        if self.active and self.g + 1 >= self.pool_time:
+            self._compact()
+
+    def _finish(self, s: _Sentence) -> None:
+        request = s.request
+        if request.failed:
+            return
+        request.results[s.index] = s.search.results()
+        request.remaining -= 1
+        self.stats["sentences"] += 1
+        if request.remaining == 0:
+            self.stats["requests"] += 1
+            request.callback(request.results, None)  # type: ignore[arg-type]
+
+
+class CancelledError(RuntimeError):
+    pass
+
+
+def wait_idle(engine: InflightBatcher, timeout: float = 5.0) -> None:
+    """Test helper: wait until nothing is pending or running."""
+    deadline = time.monotonic() + timeout
+    while (engine.pending or engine.active) and time.monotonic() < deadline:
+        time.sleep(0.01)
