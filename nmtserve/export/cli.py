@@ -1,0 +1,25 @@
+"""``nmtserve export``: argument handling around ``pipeline.export``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .pipeline import ExportError, ExportOptions, export
+
+
+def export_main(args: argparse.Namespace) -> int:
+    opts = ExportOptions(
+        repository=Path(args.repository), name=args.name, target=args.target, fp16=args.fp16,
+        max_batch=args.max_batch, max_source_len=args.max_source_len, max_target_len=args.max_target_len,
+        beam_size=args.beam_size, parity_sentences=args.parity_sentences, skip_parity=args.skip_parity,
+    )
+    try:
+        report = export(Path(args.checkpoint), opts)
+    except ExportError as exc:
+        print(f"nmtserve export: error: {exc}", file=sys.stderr)
+        return 1
+    print(report.summary())
+    print(f"serve it with: nmtserve serve --model-repository {opts.repository}")
+    return 0

@@ -1,0 +1,158 @@
+"""Writes the Triton model repository: config.pbtxt and a thin model.py per model, artifacts.
+
+Layout (``--name translate``)::
+
+    translate/         ensemble: tokenize -> generate -> detokenize
+    tokenize/          Python: sentencepiece
+    generate/          Python, non-decoupled front (several instances), forwards to generate_engine
+    generate_engine/   Python, decoupled: in-flight batching over the ONNX graphs
+      1/               encoder.onnx decoder.onnx model.json source.spm [target.spm vocab.json]
+    detokenize/        Python: sentencepiece
+    encoder/ decoder/  the graphs themselves, for users who run their own loop
+
+Every model.py is a one-line hand-over to ``nmtserve.server.triton_models``; artifacts live
+once, in ``generate_engine/1``, and the other models point at them with an ``artifacts``
+parameter.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import graphs
+from ..server.protocol import OPTION_INPUTS
+
+ARTIFACTS_MODEL = "generate_engine"
+_TRITON_TYPES = {"int32": "TYPE_INT32", "int64": "TYPE_INT64", "bool": "TYPE_BOOL", "float32": "TYPE_FP32",
+                 "float16": "TYPE_FP16"}
+
+
+@dataclass(frozen=True)
+class RepositoryOptions:
+    name: str = "translate"
+    front_instances: int = 4  # concurrent requests the non-decoupled front accepts
+    max_batch: int = 64  # sentences in the running decode batch
+    max_beam: int = 8
+    intra_op_threads: int = 0  # 0: ONNX Runtime's default (all cores)
+
+
+def _tensor(name: str, dtype: str, dims: list[int], optional: bool = False) -> str:
+    opt = " optional: true" if optional else ""
+    return f'  {{ name: "{name}" data_type: {dtype} dims: [ {", ".join(map(str, dims))} ]{opt} }}'
+
+
+def _io(kind: str, tensors: list[str]) -> str:
+    return f"{kind} [\n" + ",\n".join(tensors) + "\n]\n"
+
+
+def _params(params: dict[str, str]) -> str:
+    return "".join(
+        f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in params.items()
+    )
+
+
+def _python_model(name: str, inputs: list[str], outputs: list[str], *, params: dict[str, str] | None = None,
+                  instances: int = 1, decoupled: bool = False) -> str:
+    text = f'name: "{name}"\nbackend: "python"\nmax_batch_size: 0\n'
+    text += _io("input", inputs) + _io("output", outputs)
+    text += f"instance_group [ {{ count: {instances} kind: KIND_CPU }} ]\n"
+    if decoupled:
+        text += "model_transaction_policy { decoupled: true }\n"
+    return text + _params(params or {})
+
+
+def _graph_tensors(tensors: list[graphs.Tensor], float_dtype: str = "float32") -> list[str]:
+    return [
+        _tensor(t.name, _TRITON_TYPES[graphs.resolve_dtype(t, float_dtype)], [a if isinstance(a, int) else -1 for a in t.axes])
+        for t in tensors
+    ]
+
+
+_OPTION_TENSORS = [_tensor(n, t, [1], optional=True) for n, t in OPTION_INPUTS.items()]
+_GENERATE_IN = [_tensor("SRC_IDS", "TYPE_INT32", [-1, -1]), _tensor("SRC_LEN", "TYPE_INT32", [-1]), *_OPTION_TENSORS]
+_GENERATE_OUT = [_tensor("OUT_IDS", "TYPE_INT32", [-1, -1, -1]), _tensor("OUT_LEN", "TYPE_INT32", [-1, -1]),
+                 _tensor("OUT_SCORE", "TYPE_FP32", [-1, -1])]
+_FINAL_OUT = [_tensor("TRANSLATION", "TYPE_STRING", [-1]), _tensor("SCORE", "TYPE_FP32", [-1]),
+              _tensor("NBEST_TRANSLATION", "TYPE_STRING", [-1, -1]), _tensor("NBEST_SCORE", "TYPE_FP32", [-1, -1])]
+
+
+def _ensemble(name: str) -> str:
+    def step(model: str, inputs: dict[str, str], outputs: dict[str, str]) -> str:
+        ins = "".join(f'      input_map {{ key: "{k}" value: "{v}" }}\n' for k, v in inputs.items())
+        outs = "".join(f'      output_map {{ key: "{k}" value: "{v}" }}\n' for k, v in outputs.items())
+        return f'    {{\n      model_name: "{model}"\n      model_version: -1\n{ins}{outs}    }}'
+
+    steps = [
+        step("tokenize", {"TEXT": "TEXT"}, {"SRC_IDS": "src_ids", "SRC_LEN": "src_len"}),
+        step("generate", {"SRC_IDS": "src_ids", "SRC_LEN": "src_len", **{n: n for n in OPTION_INPUTS}},
+             {"OUT_IDS": "out_ids", "OUT_LEN": "out_len", "OUT_SCORE": "out_score"}),
+        step("detokenize", {"OUT_IDS": "out_ids", "OUT_LEN": "out_len", "OUT_SCORE": "out_score"},
+             {n: n for n in ("TRANSLATION", "SCORE", "NBEST_TRANSLATION", "NBEST_SCORE")}),
+    ]
+    text = f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 0\n'
+    text += _io("input", [_tensor("TEXT", "TYPE_STRING", [-1]), *_OPTION_TENSORS]) + _io("output", _FINAL_OUT)
+    return text + "ensemble_scheduling {\n  step [\n" + ",\n".join(steps) + "\n  ]\n}\n"
+
+
+_MODEL_PY = '''"""Triton model `{model}` of nmtserve: the logic lives in nmtserve.server.triton_models.{cls}."""
+
+from nmtserve.server.triton_models import {cls} as TritonPythonModel  # noqa: F401
+'''
+
+
+def model_configs(dims: graphs.Dims, opts: RepositoryOptions) -> dict[str, tuple[str, str | None]]:
+    """model name -> (config.pbtxt text, model.py class or None for the ensemble)."""
+    art = {"artifacts": f"../../{ARTIFACTS_MODEL}/1"}
+    return {
+        opts.name: (_ensemble(opts.name), None),
+        "tokenize": (_python_model("tokenize", [_tensor("TEXT", "TYPE_STRING", [-1])],
+                                   [_tensor("SRC_IDS", "TYPE_INT32", [-1, -1]), _tensor("SRC_LEN", "TYPE_INT32", [-1])],
+                                   params=art), "TokenizeModel"),
+        "generate": (_python_model("generate", _GENERATE_IN, _GENERATE_OUT, instances=opts.front_instances,
+                                   params={**art, "engine_model": ARTIFACTS_MODEL,
+                                           "max_beam": str(opts.max_beam)}), "GenerateModel"),
+        ARTIFACTS_MODEL: (_python_model(ARTIFACTS_MODEL, _GENERATE_IN, _GENERATE_OUT, decoupled=True,
+                                        params={"artifacts": ".", "max_batch": str(opts.max_batch),
+                                                "max_beam": str(opts.max_beam),
+                                                "intra_op_threads": str(opts.intra_op_threads)}),
+                          "GenerateEngineModel"),
+        "detokenize": (_python_model("detokenize", _GENERATE_OUT, _FINAL_OUT, params=art), "DetokenizeModel"),
+        "encoder": (_python_model("encoder", _graph_tensors(graphs.encoder_inputs()),
+                                  _graph_tensors(graphs.encoder_outputs(dims)),
+                                  params={**art, "graph": "encoder.onnx"}), "OnnxGraphModel"),
+        "decoder": (_python_model("decoder", _graph_tensors(graphs.decoder_inputs(dims)),
+                                  _graph_tensors(graphs.decoder_outputs(dims)),
+                                  params={**art, "graph": "decoder.onnx"}), "OnnxGraphModel"),
+    }
+
+
+def _write(path: Path, data: str | bytes) -> None:
+    """Atomic write, so a re-export never leaves a half-written file for a running server."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+    tmp.replace(path)
+
+
+def write_repository(repository: Path, dims: graphs.Dims, artifacts: dict[str, Path], opts: RepositoryOptions) -> list[Path]:
+    """Write configs, model.py files and artifacts; returns the files written."""
+    written = []
+    for model, (config, cls) in model_configs(dims, opts).items():
+        _write(repository / model / "config.pbtxt", config)
+        written.append(repository / model / "config.pbtxt")
+        version = repository / model / "1"
+        version.mkdir(parents=True, exist_ok=True)
+        if cls:
+            _write(version / "model.py", _MODEL_PY.format(model=model, cls=cls))
+            written.append(version / "model.py")
+    target = repository / ARTIFACTS_MODEL / "1"
+    for name, src in artifacts.items():
+        dst = target / name
+        if src.resolve() != dst.resolve():
+            tmp = dst.with_name(dst.name + ".tmp")
+            shutil.copyfile(src, tmp)
+            tmp.replace(dst)
+        written.append(dst)
+    return written

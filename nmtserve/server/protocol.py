@@ -1,0 +1,127 @@
+"""The serving contract's data handling, free of Triton so it is unit-tested directly.
+
+Ensemble ``translate`` (all ``max_batch_size: 0``; one request carries any number of sentences):
+
+====================  =============  ========  ==============================================
+tensor                type           shape     meaning
+====================  =============  ========  ==============================================
+TEXT (in)             TYPE_STRING    [n]       UTF-8 sentences
+BEAM_SIZE (in, opt)   TYPE_INT32     [1]       beam width, 1..max_beam (default: export's)
+MAX_LENGTH (in, opt)  TYPE_INT32     [1]       max generated tokens (default: 2 * len + 10)
+LENGTH_PENALTY (opt)  TYPE_FP32      [1]       score = sum log p / length ** alpha (default 1)
+NUM_HYPOTHESES (opt)  TYPE_INT32     [1]       n-best size k, 1..beam (default 1)
+TRANSLATION (out)     TYPE_STRING    [n]       best translation, same order as TEXT
+SCORE (out)           TYPE_FP32      [n]       its normalised log-probability
+NBEST_TRANSLATION     TYPE_STRING    [n, k]    k best translations
+NBEST_SCORE           TYPE_FP32      [n, k]    their scores
+====================  =============  ========  ==============================================
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..decoding.search import Hypothesis, SearchOptions
+from ..model.tokenizer import Tokenizer
+from ..runtime.spec import ModelSpec
+
+GENERATE_OUTPUTS = ("OUT_IDS", "OUT_LEN", "OUT_SCORE")
+OPTION_INPUTS = {"BEAM_SIZE": "TYPE_INT32", "MAX_LENGTH": "TYPE_INT32", "LENGTH_PENALTY": "TYPE_FP32",
+                 "NUM_HYPOTHESES": "TYPE_INT32"}
+
+
+class InputError(ValueError):
+    """A request is invalid; the message names the problem (sent back as INVALID_ARG)."""
+
+
+def decode_texts(array: np.ndarray | None) -> list[str]:
+    if array is None:
+        raise InputError("input TEXT is required")
+    if array.ndim != 1:
+        raise InputError(f"TEXT must be 1-D [n], got shape {list(array.shape)}")
+    if array.size == 0:
+        raise InputError("TEXT is empty: send at least one sentence")
+    texts = []
+    for i, item in enumerate(array):
+        if isinstance(item, str):
+            text = item
+        else:
+            try:
+                text = bytes(item).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"TEXT[{i}] is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+            except TypeError:
+                raise InputError(f"TEXT[{i}] is not a string") from None
+        if not text.strip():
+            raise InputError(f"TEXT[{i}] is empty or whitespace only")
+        texts.append(text)
+    return texts
+
+
+def _scalar(name: str, value: np.ndarray | None, kind: type):
+    if value is None:
+        return None
+    arr = np.asarray(value)
+    if arr.size != 1:
+        raise InputError(f"{name} must hold one value, got shape {list(arr.shape)}")
+    item = arr.reshape(-1)[0]
+    if kind is int:
+        if not np.issubdtype(arr.dtype, np.integer):
+            raise InputError(f"{name} must be an integer, got {arr.dtype}")
+        return int(item)
+    if not np.issubdtype(arr.dtype, np.number):
+        raise InputError(f"{name} must be a number, got {arr.dtype}")
+    return float(item)
+
+
+def parse_search_options(inputs: Mapping[str, np.ndarray | None], spec: ModelSpec, max_beam: int) -> SearchOptions:
+    beam = _scalar("BEAM_SIZE", inputs.get("BEAM_SIZE"), int)
+    max_length = _scalar("MAX_LENGTH", inputs.get("MAX_LENGTH"), int)
+    penalty = _scalar("LENGTH_PENALTY", inputs.get("LENGTH_PENALTY"), float)
+    nbest = _scalar("NUM_HYPOTHESES", inputs.get("NUM_HYPOTHESES"), int)
+    beam = spec.beam_size if beam is None else beam
+    if not 1 <= beam <= max_beam:
+        raise InputError(f"BEAM_SIZE must be between 1 and {max_beam}, got {beam}")
+    nbest = 1 if nbest is None else nbest
+    if not 1 <= nbest <= beam:
+        raise InputError(f"NUM_HYPOTHESES must be between 1 and BEAM_SIZE ({beam}), got {nbest}")
+    if max_length is not None and not 1 <= max_length <= spec.max_target_len:
+        raise InputError(f"MAX_LENGTH must be between 1 and {spec.max_target_len}, got {max_length}")
+    penalty = spec.length_penalty if penalty is None else penalty
+    if not math.isfinite(penalty) or abs(penalty) > 10:
+        raise InputError(f"LENGTH_PENALTY must be a finite number in [-10, 10], got {penalty}")
+    if max_length is None:
+        return SearchOptions(beam_size=beam, num_hypotheses=nbest, length_penalty=penalty,
+                             max_length=spec.max_target_len, max_length_a=spec.max_length_a,
+                             max_length_b=spec.max_length_b)
+    return SearchOptions(beam_size=beam, num_hypotheses=nbest, length_penalty=penalty, max_length=max_length)
+
+
+def results_to_arrays(results: Sequence[Sequence[Hypothesis]], k: int, pad_id: int) -> dict[str, np.ndarray]:
+    """n-best lists -> OUT_IDS [n, k, T] (EOS kept; detokenize stops at it), OUT_LEN, OUT_SCORE."""
+    n = len(results)
+    width = max((len(h.tokens) for hyps in results for h in hyps), default=1) or 1
+    ids = np.full((n, k, width), pad_id, dtype=np.int32)
+    lengths = np.zeros((n, k), dtype=np.int32)
+    scores = np.full((n, k), -np.inf, dtype=np.float32)
+    for i, hyps in enumerate(results):
+        for j, h in enumerate(hyps[:k]):
+            toks = h.tokens
+            ids[i, j, : len(toks)] = toks
+            lengths[i, j] = len(toks)
+            scores[i, j] = h.score
+    return {"OUT_IDS": ids, "OUT_LEN": lengths, "OUT_SCORE": scores}
+
+
+def load_tokenizer(folder: Path, spec: ModelSpec) -> Tokenizer:
+    files = spec.tokenizer or {"source": "source.spm"}
+    vocab = None
+    if files.get("vocab"):
+        vocab = json.loads((folder / files["vocab"]).read_text(encoding="utf-8"))
+    target = folder / files["target"] if files.get("target") else None
+    return Tokenizer.from_files(folder / files["source"], target, spec, vocab)

@@ -1,0 +1,278 @@
+"""The Triton Python-backend models behind ``model_repository/*/1/model.py``.
+
+``translate`` (ensemble) = ``tokenize`` -> ``generate`` -> ``detokenize``.
+
+``generate`` is a plain (non-decoupled) model, so unary gRPC/HTTP infer on the ensemble works
+with stock clients; each of its requests is forwarded with ``async_exec(decoupled=True)`` to
+``generate_engine``, a decoupled model whose async ``execute`` calls overlap, all feeding one
+in-flight batcher (``engine.py``). ``generate`` runs several instances so that late arrivals do
+not queue behind a running request.
+
+``encoder`` and ``decoder`` expose the graphs themselves for users who drive their own loop.
+
+Every model: the config is parsed once in ``initialize`` (a bad config fails the load with a
+message), ``execute`` returns exactly one response per request, and a bad request gets an
+``INVALID_ARG`` error naming the problem instead of failing the batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..decoding.search import SearchOptions
+from .protocol import (
+    GENERATE_OUTPUTS,
+    OPTION_INPUTS,
+    InputError,
+    decode_texts,
+    parse_search_options,
+    results_to_arrays,
+)
+
+log = logging.getLogger("nmtserve.server")
+OPTION_NAMES = tuple(OPTION_INPUTS)
+
+try:  # only importable inside the Triton Python backend stub
+    import triton_python_backend_utils as pb_utils
+except ImportError:  # pragma: no cover - unit tests import this module outside Triton
+    pb_utils = None
+
+
+def _error(message: str, invalid: bool = True):
+    code = pb_utils.TritonError.INVALID_ARG if invalid else pb_utils.TritonError.INTERNAL
+    return pb_utils.TritonError(message, code)
+
+
+def _input(request, name: str) -> np.ndarray | None:
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy()
+
+
+def _parameters(args: dict) -> tuple[dict, Path]:
+    config = json.loads(args["model_config"])
+    params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+    version_dir = Path(args["model_repository"]) / args["model_version"]
+    return params, version_dir
+
+
+def _artifacts(params: dict, version_dir: Path) -> Path:
+    """Folder holding the exported artifacts (ONNX, model.json, sentencepiece models)."""
+    return (version_dir / params.get("artifacts", ".")).resolve()
+
+
+class TokenizeModel:
+    """TEXT [n] (UTF-8 bytes) -> SRC_IDS [n, S] int32 (padded), SRC_LEN [n] int32."""
+
+    def initialize(self, args: dict) -> None:
+        from ..runtime.spec import SPEC_FILE, ModelSpec
+        from ..server.protocol import load_tokenizer
+
+        params, version_dir = _parameters(args)
+        folder = _artifacts(params, version_dir)
+        self.spec = ModelSpec.load(folder / SPEC_FILE)
+        self.tokenizer = load_tokenizer(folder, self.spec)
+
+    def execute(self, requests: list) -> list:
+        return [self._one(r) for r in requests]
+
+    def _one(self, request):
+        try:
+            texts = decode_texts(_input(request, "TEXT"))
+            ids = []
+            for i, text in enumerate(texts):
+                encoded = self.tokenizer.encode(text)
+                if len(encoded) > self.spec.max_source_len:
+                    raise InputError(
+                        f"TEXT[{i}] is too long: {len(encoded)} tokens, the maximum is {self.spec.max_source_len}"
+                    )
+                ids.append(encoded)
+        except InputError as exc:
+            return pb_utils.InferenceResponse(error=_error(str(exc)))
+        width = max(len(x) for x in ids)
+        src = np.full((len(ids), width), self.spec.pad_id, dtype=np.int32)
+        for row, x in enumerate(ids):
+            src[row, : len(x)] = x
+        lengths = np.array([len(x) for x in ids], dtype=np.int32)
+        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("SRC_IDS", src), pb_utils.Tensor("SRC_LEN", lengths)])
+
+
+class DetokenizeModel:
+    """OUT_IDS [n, k, T], OUT_LEN [n, k], OUT_SCORE [n, k] -> TRANSLATION, SCORE, NBEST_*."""
+
+    def initialize(self, args: dict) -> None:
+        from ..runtime.spec import SPEC_FILE, ModelSpec
+        from ..server.protocol import load_tokenizer
+
+        params, version_dir = _parameters(args)
+        folder = _artifacts(params, version_dir)
+        self.tokenizer = load_tokenizer(folder, ModelSpec.load(folder / SPEC_FILE))
+
+    def execute(self, requests: list) -> list:
+        out = []
+        for request in requests:
+            ids, lengths, scores = _input(request, "OUT_IDS"), _input(request, "OUT_LEN"), _input(request, "OUT_SCORE")
+            n, k = lengths.shape
+            texts = np.empty((n, k), dtype=np.object_)
+            for i in range(n):
+                for j in range(k):
+                    texts[i, j] = self.tokenizer.decode(ids[i, j, : lengths[i, j]].tolist()).encode("utf-8")
+            out.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("TRANSLATION", texts[:, 0].copy()),
+                pb_utils.Tensor("SCORE", scores[:, 0].astype(np.float32)),
+                pb_utils.Tensor("NBEST_TRANSLATION", texts),
+                pb_utils.Tensor("NBEST_SCORE", scores.astype(np.float32)),
+            ]))
+        return out
+
+
+class GenerateModel:
+    """Non-decoupled front: forwards each request to the decoupled ``generate_engine``."""
+
+    def initialize(self, args: dict) -> None:
+        from ..runtime.spec import SPEC_FILE, ModelSpec
+
+        params, version_dir = _parameters(args)
+        self.engine_model = params.get("engine_model", "generate_engine")
+        self.spec = ModelSpec.load(_artifacts(params, version_dir) / SPEC_FILE)
+        self.max_beam = int(params.get("max_beam", "8"))
+
+    async def execute(self, requests: list) -> list:
+        return list(await asyncio.gather(*(self._forward(r) for r in requests)))
+
+    async def _forward(self, request):
+        try:  # validate here: errors crossing the decoupled BLS hop lose their status code
+            parse_search_options({name: _input(request, name) for name in OPTION_NAMES}, self.spec, self.max_beam)
+        except InputError as exc:
+            return pb_utils.InferenceResponse(error=_error(str(exc)))
+        bls = pb_utils.InferenceRequest(
+            model_name=self.engine_model,
+            inputs=request.inputs(),
+            requested_output_names=list(GENERATE_OUTPUTS),
+        )
+        final = None
+        try:
+            responses = await bls.async_exec(decoupled=True)
+            for response in responses:  # a plain for: the generator is synchronous
+                if response.has_error():
+                    err = response.error()
+                    code = err.code() if hasattr(err, "code") else pb_utils.TritonError.INTERNAL
+                    return pb_utils.InferenceResponse(error=pb_utils.TritonError(err.message(), code))
+                if response.output_tensors():
+                    final = response
+        except Exception as exc:  # the engine is unreachable: fail this request only
+            return pb_utils.InferenceResponse(error=_error(f"generate_engine failed: {exc}", invalid=False))
+        if final is None:
+            return pb_utils.InferenceResponse(error=_error("generate_engine returned no result", invalid=False))
+        return pb_utils.InferenceResponse(output_tensors=final.output_tensors())
+
+
+class GenerateEngineModel:
+    """Decoupled model owning the ONNX Runtime sessions, the KV cache and the in-flight batcher."""
+
+    def initialize(self, args: dict) -> None:
+        from ..runtime.onnxruntime import OnnxModel
+        from ..runtime.spec import SPEC_FILE, ModelSpec
+        from .engine import InflightBatcher
+
+        params, version_dir = _parameters(args)
+        folder = _artifacts(params, version_dir)
+        self.spec = ModelSpec.load(folder / SPEC_FILE)
+        threads = int(params.get("intra_op_threads", "0")) or None
+        self.max_beam = int(params.get("max_beam", "8"))
+        runtime = OnnxModel(folder / "encoder.onnx", folder / "decoder.onnx", self.spec, threads=threads)
+        self.engine = InflightBatcher(runtime, max_sentences=int(params.get("max_batch", self.spec.max_batch)),
+                                      max_beam=self.max_beam).start()
+        log.info("generate_engine ready: %s", self.spec)
+
+    async def execute(self, requests: list) -> None:
+        await asyncio.gather(*(self._handle(r) for r in requests))
+        return None
+
+    async def _handle(self, request) -> None:
+        sender = request.get_response_sender()
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        try:
+            src, lengths, options = self._parse(request)
+        except InputError as exc:
+            sender.send(pb_utils.InferenceResponse(error=_error(str(exc))), flags=final)
+            return
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future = loop.create_future()
+
+        def done(results, error):
+            loop.call_soon_threadsafe(_settle, future, results, error)
+
+        sources = [src[i, : lengths[i]].tolist() for i in range(len(lengths))]
+        self.engine.submit(sources, options, done, cancelled=request.is_cancelled)
+        try:
+            results = await future
+        except Exception as exc:
+            sender.send(pb_utils.InferenceResponse(error=_error(f"decoding failed: {exc}", invalid=False)), flags=final)
+            return
+        arrays = results_to_arrays(results, options.num_hypotheses, self.spec.pad_id)
+        sender.send(
+            pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(name, a) for name, a in arrays.items()]),
+            flags=final,
+        )
+
+    def _parse(self, request) -> tuple[np.ndarray, np.ndarray, SearchOptions]:
+        src, lengths = _input(request, "SRC_IDS"), _input(request, "SRC_LEN")
+        if src is None or lengths is None or src.ndim != 2 or lengths.shape != (src.shape[0],):
+            raise InputError("SRC_IDS [n, S] and SRC_LEN [n] are required")
+        options = parse_search_options({name: _input(request, name) for name in OPTION_NAMES}, self.spec, self.max_beam)
+        return src, lengths, options
+
+    def finalize(self) -> None:
+        self.engine.stop()
+
+
+def _settle(future: asyncio.Future, results: Any, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(results)
+
+
+class OnnxGraphModel:
+    """``encoder`` / ``decoder`` on CPU: one ONNX Runtime session behind Triton (the onnxruntime
+    backend is not in the nvidia-pytriton wheel). Inputs and outputs are the graph's own."""
+
+    def initialize(self, args: dict) -> None:
+        import onnxruntime as ort
+
+        from ..runtime.onnxruntime import session_options
+
+        params, version_dir = _parameters(args)
+        path = _artifacts(params, version_dir) / params["graph"]
+        self.session = ort.InferenceSession(str(path), session_options(), providers=["CPUExecutionProvider"])
+        self.inputs = [i.name for i in self.session.get_inputs()]
+        self.outputs = [o.name for o in self.session.get_outputs()]
+
+    def execute(self, requests: list) -> list:
+        out = []
+        for request in requests:
+            feeds = {}
+            for name in self.inputs:
+                value = _input(request, name)
+                if value is None:
+                    out.append(pb_utils.InferenceResponse(error=_error(f"missing input {name}")))
+                    break
+                feeds[name] = value
+            else:
+                try:
+                    results = self.session.run(self.outputs, feeds)
+                except Exception as exc:  # shape or type errors from ORT name the input
+                    out.append(pb_utils.InferenceResponse(error=_error(str(exc))))
+                    continue
+                out.append(pb_utils.InferenceResponse(
+                    output_tensors=[pb_utils.Tensor(n, r) for n, r in zip(self.outputs, results, strict=True)]
+                ))
+        return out
