@@ -25,7 +25,8 @@ def _add_search_options(p: argparse.ArgumentParser) -> None:
 def _cmd_train(args: argparse.Namespace) -> int:
     from .model.train import TrainOptions, train
 
-    opts = TrainOptions(output=Path(args.output), max_minutes=args.minutes, train_size=args.train_size, seed=args.seed)
+    opts = TrainOptions(output=Path(args.output), max_minutes=args.minutes, train_size=args.train_size, seed=args.seed,
+                        max_steps=args.max_steps, resume=args.resume)
     train(opts)
     if not args.no_eval:
         from .model.evaluate import evaluate_checkpoint
@@ -77,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--minutes", type=float, default=18.0, help="wall-clock training budget")
     p.add_argument("--train-size", type=int, default=200_000, help="training pairs to generate")
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--max-steps", type=int, default=100_000, help="stop after this many optimizer steps")
+    p.add_argument("--resume", action="store_true", help="continue the run saved in --output")
     p.add_argument("--no-eval", action="store_true", help="skip the test-set evaluation")
     p.set_defaults(func=_cmd_train)
 

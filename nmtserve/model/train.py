@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..decoding.search import SearchOptions
-from .checkpoint import save_checkpoint
+from .checkpoint import load_checkpoint, save_checkpoint
 from .config import TransformerConfig
 from .corpus import build_splits
 from .reference import pad_batch, translate
@@ -56,6 +56,7 @@ class TrainOptions:
     threads: int = 2
     seed: int = 1234
     eval_every: int = 500
+    resume: bool = False  # continue the run saved in `output`
 
 
 def train_sentencepiece(texts: list[str], vocab_size: int, seed: int) -> bytes:
@@ -117,30 +118,38 @@ def train(opts: TrainOptions) -> Path:
     out = Path(opts.output)
     out.mkdir(parents=True, exist_ok=True)
     spm_path = out / "source.spm"
-    spm_path.write_bytes(train_sentencepiece([t for p in train_pairs[:60_000] for t in p], opts.vocab_size, opts.seed))
-
-    vocab_size = spm.SentencePieceProcessor(model_file=str(spm_path)).get_piece_size()
-    config = TransformerConfig(
-        src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, d_model=opts.d_model, h=opts.h,
-        d_ff=opts.d_ff, encoder_layers=opts.encoder_layers, decoder_layers=opts.decoder_layers,
-        dropout=opts.dropout, max_positions=256,
-    )
-    tokenizer = Tokenizer.from_files(spm_path, None, config)
-    assert tokenizer.source.get_piece_size() == vocab_size
+    start_step, history, previous_minutes = 0, [], 0.0
+    if opts.resume:
+        # Continue a run in the same directory: same vocabulary and weights, the learning-rate
+        # schedule picks up at the step the previous run stopped.
+        ckpt = load_checkpoint(out)
+        model, config, tokenizer = ckpt.model, ckpt.config, ckpt.tokenizer
+        previous = json.loads((out / "training_log.json").read_text())
+        start_step, history, previous_minutes = previous["steps"], previous["history"], previous["train_minutes"]
+        vocab_size = config.tgt_vocab_size
+    else:
+        spm_path.write_bytes(train_sentencepiece([t for p in train_pairs[:60_000] for t in p], opts.vocab_size, opts.seed))
+        vocab_size = spm.SentencePieceProcessor(model_file=str(spm_path)).get_piece_size()
+        config = TransformerConfig(
+            src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, d_model=opts.d_model, h=opts.h,
+            d_ff=opts.d_ff, encoder_layers=opts.encoder_layers, decoder_layers=opts.decoder_layers,
+            dropout=opts.dropout, max_positions=256,
+        )
+        tokenizer = Tokenizer.from_files(spm_path, None, config)
+        model = Transformer(config)
     encoded = [(tokenizer.encode(s), tokenizer.encode_target(t)) for s, t in train_pairs]
-    model = Transformer(config)
     n_params = sum(p.numel() for p in model.parameters())
     log.info("model: %d parameters, vocabulary %d", n_params, vocab_size)
 
     optimizer = torch.optim.Adam(model.parameters(), lr=opts.lr, betas=(0.9, 0.98), eps=1e-9)
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min((s + 1) / opts.warmup_steps, math.sqrt(opts.warmup_steps / (s + 1)))
+        optimizer,
+        lambda s: min((s + start_step + 1) / opts.warmup_steps, math.sqrt(opts.warmup_steps / (s + start_step + 1))),
     )
     batches = _batches(encoded, opts.batch_tokens, rng)
-    history = []
     deadline = started + opts.max_minutes * 60
-    bar = tqdm(total=opts.max_steps, desc="train", unit="step", mininterval=5)
-    step = 0
+    bar = tqdm(total=opts.max_steps, initial=start_step, desc="train", unit="step", mininterval=5)
+    step = start_step
     loss_avg = None
     while step < opts.max_steps and time.monotonic() < deadline:
         model.train()
@@ -173,7 +182,7 @@ def train(opts: TrainOptions) -> Path:
     for name in ("test", "valid"):
         (out / f"{name}.en").write_text("".join(s + "\n" for s, _ in splits[name]))
         (out / f"{name}.fr").write_text("".join(t + "\n" for _, t in splits[name]))
-    minutes = (time.monotonic() - started) / 60
+    minutes = previous_minutes + (time.monotonic() - started) / 60
     summary = {"steps": step, "train_minutes": round(minutes, 2), "parameters": n_params, "history": history, "options": {k: str(v) for k, v in asdict(opts).items()}}
     (out / "training_log.json").write_text(json.dumps(summary, indent=2) + "\n")
     log.info("trained %d steps in %.1f min; checkpoint in %s", step, minutes, out)

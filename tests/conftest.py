@@ -1,0 +1,51 @@
+"""Shared fixtures: the shipped demo checkpoint, its export, and a real tritonserver on it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "models" / "en-fr-numbers"
+
+
+@pytest.fixture(scope="session")
+def demo_checkpoint():
+    from nmtserve.model.checkpoint import load_checkpoint
+
+    if not (DEMO / "model.safetensors").is_file():
+        pytest.fail(f"the demo checkpoint is missing: {DEMO} (train it with `nmtserve train`)")
+    return load_checkpoint(DEMO)
+
+
+@pytest.fixture(scope="session")
+def demo_sentences() -> list[str]:
+    return (DEMO / "test.en").read_text(encoding="utf-8").splitlines()
+
+
+@pytest.fixture(scope="session")
+def demo_repository(tmp_path_factory) -> Path:
+    """The demo exported through the CLI (parity checked on 50 held-out sentences)."""
+    from nmtserve.cli import main
+
+    repo = tmp_path_factory.mktemp("repo") / "model_repository"
+    code = main(["export", str(DEMO), "--repository", str(repo), "--max-target-len", "128",
+                 "--max-source-len", "128", "--max-batch", "32"])
+    assert code == 0, "nmtserve export failed"
+    return repo
+
+
+@pytest.fixture(scope="session")
+def demo_server(demo_repository):
+    from nmtserve.server.launcher import ServerConfig, TritonServer, free_ports
+
+    http, grpc, metrics = free_ports(3)
+    server = TritonServer(ServerConfig(model_repository=demo_repository, http_port=http, grpc_port=grpc,
+                                       metrics_port=metrics))
+    server.start()
+    try:
+        server.wait_until_ready(120)
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,120 @@
+"""In-flight batching gives every sentence exactly the result it gets decoded alone."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import numpy as np
+import pytest
+from test_export_parity import build, sources
+
+from nmtserve.decoding.search import SearchOptions
+from nmtserve.model.reference import reference_decode
+from nmtserve.server.engine import InflightBatcher
+
+OPTS = SearchOptions(beam_size=3, max_length=24, max_length_a=1.5, max_length_b=3, num_hypotheses=2)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return build(tmp_path_factory.mktemp("engine"))
+
+
+def engine_for(onnx_model, max_sentences=6, max_target_len=24, max_beam=4):
+    onnx_model.spec = dataclasses.replace(onnx_model.spec, max_target_len=max_target_len, max_batch=max_sentences)
+    return InflightBatcher(onnx_model, max_sentences=max_sentences, max_beam=max_beam).start()
+
+
+def tokens(results):
+    return [[h.tokens for h in hyps] for hyps in results]
+
+
+def test_staggered_concurrent_requests_equal_the_reference(tiny):
+    model, onnx_model = tiny
+    srcs = sources(36, model.config.src_vocab_size, seed=11)
+    want = tokens(reference_decode(model, srcs, OPTS))
+    engine = engine_for(onnx_model)
+    got: list = [None] * 9
+
+    def client(j):
+        time.sleep(0.003 * j)  # arrive while others are mid-decode
+        got[j] = engine.translate(srcs[4 * j : 4 * j + 4], OPTS, timeout=60)
+
+    threads = [threading.Thread(target=client, args=(j,)) for j in range(9)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    engine.stop()
+    assert tokens([h for r in got for h in r]) == want
+    assert engine.stats["max_batch_seen"] == 6  # capacity was the limit: sentences queued and joined later
+
+
+def test_cache_pool_compaction_keeps_results_exact(tiny):
+    model, onnx_model = tiny
+    engine = engine_for(onnx_model, max_sentences=2, max_target_len=8)  # pool of 18 steps: wraps often
+    opts = SearchOptions(beam_size=2, max_length=8)
+    srcs = sources(12, model.config.src_vocab_size, seed=5)
+    got = engine.translate(srcs, opts, timeout=60)
+    engine.stop()
+    assert engine.stats["steps"] > engine.pool_time  # the pool was compacted at least once
+    assert tokens(got) == tokens(reference_decode(model, srcs, opts))
+
+
+def test_requests_with_different_beam_sizes_run_side_by_side(tiny):
+    model, onnx_model = tiny
+    engine = engine_for(onnx_model)
+    srcs = sources(6, model.config.src_vocab_size, seed=2)
+    options = [SearchOptions(beam_size=b, max_length=20) for b in (1, 2, 4)]
+    results = {}
+
+    def client(o):
+        results[o.beam_size] = engine.translate(srcs, o, timeout=60)
+
+    threads = [threading.Thread(target=client, args=(o,)) for o in options]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    engine.stop()
+    for o in options:
+        assert tokens(results[o.beam_size]) == tokens(reference_decode(model, srcs, o))
+
+
+def test_a_failing_step_fails_its_requests_and_the_engine_keeps_serving(tiny):
+    model, onnx_model = tiny
+    engine = engine_for(onnx_model)
+    real = onnx_model.run_step
+    calls = {"n": 0}
+
+    def flaky(feeds):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("device lost")
+        return real(feeds)
+
+    onnx_model.run_step = flaky
+    try:
+        with pytest.raises(RuntimeError, match="device lost"):
+            engine.translate(sources(2, 61), OPTS, timeout=30)
+        srcs = sources(3, model.config.src_vocab_size, seed=9)
+        assert tokens(engine.translate(srcs, OPTS, timeout=30)) == tokens(reference_decode(model, srcs, OPTS))
+    finally:
+        onnx_model.run_step = real
+        engine.stop()
+
+
+def test_empty_request_and_too_wide_beam(tiny):
+    _, onnx_model = tiny
+    engine = engine_for(onnx_model, max_beam=4)
+    assert engine.translate([], OPTS) == []
+    with pytest.raises(ValueError, match="exceeds this server's maximum"):
+        engine.translate([[5, 2]], SearchOptions(beam_size=5, max_length=4))
+    engine.stop()
+
+
+def test_stopped_engine_refuses_new_work(tiny):
+    _, onnx_model = tiny
+    engine = engine_for(onnx_model)
+    engine.stop()
+    with pytest.raises(RuntimeError, match="shutting down"):
+        engine.translate([[5, 2]], OPTS)
+    assert np.all(engine.past_keys[0] == engine.past_keys[0])  # buffers intact, nothing NaN

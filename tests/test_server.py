@@ -1,0 +1,165 @@
+"""The demo model served by a real tritonserver, checked against the PyTorch reference decode."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from nmtserve.decoding.search import SearchOptions
+from nmtserve.model.reference import translate as reference_translate
+
+pytestmark = pytest.mark.server
+
+# The server's defaults (export: beam 4, length penalty 1, max length 2 * source + 10, cap 128).
+DEFAULTS = SearchOptions(beam_size=4, length_penalty=1.0, max_length=128, max_length_a=2.0, max_length_b=10)
+
+
+def _inputs(module, texts, **options):
+    text = module.InferInput("TEXT", [len(texts)], "BYTES")
+    text.set_data_from_numpy(np.array([t if isinstance(t, bytes) else t.encode() for t in texts], dtype=np.object_))
+    out = [text]
+    for name, value in options.items():
+        dtype, np_type = ("FP32", np.float32) if name == "LENGTH_PENALTY" else ("INT32", np.int32)
+        x = module.InferInput(name, [1], dtype)
+        x.set_data_from_numpy(np.array([value], dtype=np_type))
+        out.append(x)
+    return out
+
+
+@pytest.fixture(scope="module")
+def grpc(demo_server):
+    return grpcclient.InferenceServerClient(demo_server.urls.grpc_address)
+
+
+@pytest.fixture(scope="module")
+def http(demo_server):
+    return httpclient.InferenceServerClient(demo_server.urls.http_address, concurrency=4)
+
+
+def infer(client, module, texts, **options):
+    result = client.infer("translate", _inputs(module, texts, **options))
+    return [t.decode() for t in result.as_numpy("TRANSLATION")], result.as_numpy("SCORE")
+
+
+@pytest.fixture(scope="module")
+def reference(demo_checkpoint, demo_sentences):
+    texts = demo_sentences[:48]
+    out = reference_translate(demo_checkpoint.model, demo_checkpoint.tokenizer, texts, DEFAULTS)
+    return texts, [n[0][0] for n in out], np.array([n[0][1] for n in out])
+
+
+def test_grpc_translations_equal_the_reference_decode(grpc, reference):
+    texts, want, want_scores = reference
+    got, scores = infer(grpc, grpcclient, texts)
+    assert got == want
+    assert np.allclose(scores, want_scores, atol=1e-4)
+
+
+def test_http_translations_equal_the_reference_decode(http, reference):
+    texts, want, _ = reference
+    assert infer(http, httpclient, texts)[0] == want
+
+
+def test_curl_style_json_request(demo_server, reference):
+    """Plain KServe v2 JSON over HTTP, as curl would send it."""
+    import urllib.request
+
+    texts, want, _ = reference
+    body = {"inputs": [{"name": "TEXT", "shape": [2], "datatype": "BYTES", "data": texts[:2]}]}
+    req = urllib.request.Request(f"{demo_server.urls.http}/v2/models/translate/infer", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        outputs = {o["name"]: o["data"] for o in json.load(resp)["outputs"]}
+    assert outputs["TRANSLATION"] == want[:2]
+
+
+def test_concurrent_requests_of_different_sizes_each_get_their_own_result(demo_server, reference):
+    texts, want, _ = reference
+    # 40 requests of 1..7 sentences, overlapping in time so that they share decoding steps.
+    jobs = [(start, 1 + start % 7) for start in range(40)]
+
+    def run(job):
+        start, size = job
+        idx = [(start + i) % len(texts) for i in range(size)]
+        client = grpcclient.InferenceServerClient(demo_server.urls.grpc_address)
+        got, _ = infer(client, grpcclient, [texts[i] for i in idx])
+        return got, [want[i] for i in idx]
+
+    with ThreadPoolExecutor(16) as pool:
+        for got, expected in pool.map(run, jobs):
+            assert got == expected
+
+
+def test_nbest_matches_the_reference_nbest(grpc, demo_checkpoint, reference):
+    texts = reference[0][:6]
+    result = grpc.infer("translate", _inputs(grpcclient, texts, NUM_HYPOTHESES=3, BEAM_SIZE=4))
+    nbest, scores = result.as_numpy("NBEST_TRANSLATION"), result.as_numpy("NBEST_SCORE")
+    assert nbest.shape == (6, 3) and scores.shape == (6, 3)
+    opts = SearchOptions(beam_size=4, num_hypotheses=3, max_length=128, max_length_a=2.0, max_length_b=10)
+    want = reference_translate(demo_checkpoint.model, demo_checkpoint.tokenizer, texts, opts)
+    assert [[t.decode() for t in row] for row in nbest] == [[t for t, _ in n] for n in want]
+    assert np.all(np.diff(scores, axis=1) <= 1e-6)
+    assert [t.decode() for t in result.as_numpy("TRANSLATION")] == [n[0][0] for n in want]
+
+
+def test_greedy_request_equals_the_greedy_reference(grpc, demo_checkpoint, reference):
+    texts = reference[0][:8]
+    got, _ = infer(grpc, grpcclient, texts, BEAM_SIZE=1)
+    opts = SearchOptions(beam_size=1, max_length=128, max_length_a=2.0, max_length_b=10)
+    want = [n[0][0] for n in reference_translate(demo_checkpoint.model, demo_checkpoint.tokenizer, texts, opts)]
+    assert got == want
+
+
+@pytest.mark.parametrize(
+    "texts, options, message",
+    [
+        ([""], {}, "TEXT[0] is empty"),
+        (["fine", "   "], {}, "TEXT[1] is empty"),
+        ([b"ok", b"\xff\xfe bad"], {}, "TEXT[1] is not valid UTF-8"),
+        (["seven " * 200], {}, "TEXT[0] is too long"),
+        (["one"], {"BEAM_SIZE": 0}, "BEAM_SIZE must be between 1 and"),
+        (["one"], {"BEAM_SIZE": 99}, "BEAM_SIZE must be between 1 and"),
+        (["one"], {"NUM_HYPOTHESES": 5, "BEAM_SIZE": 2}, "NUM_HYPOTHESES must be between 1 and BEAM_SIZE"),
+        (["one"], {"MAX_LENGTH": 100000}, "MAX_LENGTH must be between 1 and"),
+    ],
+)
+def test_bad_input_gets_a_clear_invalid_argument_error(grpc, texts, options, message):
+    with pytest.raises(InferenceServerException) as err:
+        infer(grpc, grpcclient, texts, **options)
+    assert message in err.value.message()
+    assert "INVALID_ARG" in str(err.value.status())
+
+
+def test_wrong_input_type_is_rejected_by_the_server(grpc):
+    bad = grpcclient.InferInput("TEXT", [1], "INT32")
+    bad.set_data_from_numpy(np.array([3], dtype=np.int32))
+    with pytest.raises(InferenceServerException) as err:
+        grpc.infer("translate", [bad])
+    assert "TEXT" in err.value.message()
+
+
+def test_server_keeps_serving_after_bad_requests(grpc, reference):
+    for bad in ([""], [b"\xff"]):
+        with pytest.raises(InferenceServerException):
+            infer(grpc, grpcclient, bad)
+    texts, want, _ = reference
+    assert infer(grpc, grpcclient, texts[:3])[0] == want[:3]
+    assert grpc.is_server_live() and grpc.is_model_ready("translate")
+
+
+def test_encoder_and_decoder_models_are_served_for_custom_loops(grpc, demo_checkpoint):
+    tok = demo_checkpoint.tokenizer
+    ids = np.array([tok.encode("the first day")], dtype=np.int32)
+    src = grpcclient.InferInput("src_ids", list(ids.shape), "INT32")
+    src.set_data_from_numpy(ids)
+    out = grpc.infer("encoder", [src])
+    layers = demo_checkpoint.config.decoder_layers
+    key = out.as_numpy("memory_key.0")
+    assert key.shape == (1, demo_checkpoint.config.h, demo_checkpoint.config.d_k, ids.shape[1])
+    assert out.as_numpy(f"memory_value.{layers - 1}") is not None
