@@ -51,4 +51,13 @@ OUTPUT_NBEST_SCORE = "NBEST_SCORE"
 
 # -- health
 READY_POLL_INTERVAL = 0.2
+PROBE_TIMEOUT = 5.0  # one health request
 DEFAULT_READY_TIMEOUT = 30.0
+
+# -- the CLI (`nmtserve translate`)
+# A progress bar only for inputs that take a while: from this many sentences when stderr is a
+# terminal, and from PROGRESS_LARGE_INPUT when it is not (a log file gets an update every
+# PROGRESS_LOG_INTERVAL seconds rather than a flood of carriage returns).
+PROGRESS_MIN_SENTENCES = 200
+PROGRESS_LARGE_INPUT = 20_000
+PROGRESS_LOG_INTERVAL = 30.0

@@ -36,6 +36,9 @@ class RepositoryOptions:
     max_batch: int = 64  # sentences in the running decode batch
     max_beam: int = 8
     intra_op_threads: int = 0  # 0: ONNX Runtime's default (all cores)
+    # "inprocess": generate_engine runs ONNX Runtime itself (the default: measured faster);
+    # "bls": it calls the encoder/decoder models through BLS.
+    step_backend: str = "inprocess"
 
 
 def _tensor(name: str, dtype: str, dims: list[int], optional: bool = False) -> str:
@@ -116,7 +119,8 @@ def model_configs(dims: graphs.Dims, opts: RepositoryOptions) -> dict[str, tuple
         ARTIFACTS_MODEL: (_python_model(ARTIFACTS_MODEL, _GENERATE_IN, _GENERATE_OUT, decoupled=True,
                                         params={"artifacts": ".", "max_batch": str(opts.max_batch),
                                                 "max_beam": str(opts.max_beam),
-                                                "intra_op_threads": str(opts.intra_op_threads)}),
+                                                "intra_op_threads": str(opts.intra_op_threads),
+                                                "step_backend": opts.step_backend}),
                           "GenerateEngineModel"),
         "detokenize": (_python_model("detokenize", _GENERATE_OUT, _FINAL_OUT, params=art), "DetokenizeModel"),
         "encoder": (_python_model("encoder", _graph_tensors(graphs.encoder_inputs()),

@@ -185,7 +185,13 @@ class GenerateEngineModel:
         self.spec = ModelSpec.load(folder / SPEC_FILE)
         threads = int(params.get("intra_op_threads", "0")) or None
         self.max_beam = int(params.get("max_beam", "8"))
-        runtime = OnnxModel(folder / "encoder.onnx", folder / "decoder.onnx", self.spec, threads=threads)
+        backend = params.get("step_backend", "inprocess")
+        if backend == "inprocess":
+            runtime = OnnxModel(folder / "encoder.onnx", folder / "decoder.onnx", self.spec, threads=threads)
+        elif backend == "bls":
+            runtime = BlsRuntime(self.spec)
+        else:
+            raise ValueError(f"generate_engine: step_backend must be 'inprocess' or 'bls', got {backend!r}")
         self.engine = InflightBatcher(runtime, max_sentences=int(params.get("max_batch", self.spec.max_batch)),
                                       max_beam=self.max_beam).start()
         log.info("generate_engine ready: %s", self.spec)
@@ -276,3 +282,36 @@ class OnnxGraphModel:
                     output_tensors=[pb_utils.Tensor(n, r) for n, r in zip(self.outputs, results, strict=True)]
                 ))
         return out
+
+
+class BlsRuntime:
+    """The engine's runtime through BLS calls to the ``encoder`` / ``decoder`` models.
+
+    The alternative to in-process ONNX Runtime (``step_backend: bls``), measured in bench/:
+    every step ships the cache window and cross K/V to another model through shared memory.
+    """
+
+    def __init__(self, spec):
+        from .. import graphs
+
+        self.spec = spec
+        self._enc_out = [t.name for t in graphs.encoder_outputs(spec.dims)]
+        self._dec_out = [t.name for t in graphs.decoder_outputs(spec.dims)]
+
+    def _call(self, model: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> list[np.ndarray]:
+        request = pb_utils.InferenceRequest(
+            model_name=model,
+            inputs=[pb_utils.Tensor(k, np.ascontiguousarray(v)) for k, v in feeds.items()],
+            requested_output_names=outputs,
+        )
+        response = request.exec()
+        if response.has_error():
+            raise RuntimeError(f"{model}: {response.error().message()}")
+        return [pb_utils.get_output_tensor_by_name(response, n).as_numpy() for n in outputs]
+
+    def encode(self, src_ids: np.ndarray):
+        out = self._call("encoder", {"src_ids": src_ids.astype(np.int32)}, self._enc_out)
+        return out[0::2], out[1::2]
+
+    def run_step(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return self._call("decoder", feeds, self._dec_out)

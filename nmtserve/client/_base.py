@@ -1,0 +1,187 @@
+"""What Translator and AsyncTranslator share: arguments, URL rules, jobs, retry state."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable
+
+from . import _constants as C
+from ._batching import Chunk, Job
+from ._protocol import Options
+from ._results import Translation
+from ._retry import Attempts, Deadline, RetryPolicy, map_exception
+from .errors import ModelNotFoundError, ServerUnavailableError, TranslationError
+
+PROTOCOLS = ("grpc", "http")
+_SCHEMES = {"grpc": ("grpc://",), "http": ("http://",)}
+_HAS_PORT = re.compile(r"(:\d+|\]:\d+)$")
+
+
+def normalize_url(url: str | None, protocol: str) -> str:
+    """host:port as tritonclient wants it: no scheme; a missing port is the protocol's default."""
+    if url is None:
+        return f"{C.DEFAULT_HOST}:{C.DEFAULT_PORTS[protocol]}"
+    url = url.strip().rstrip("/")
+    lowered = url.lower()
+    for scheme in _SCHEMES[protocol]:
+        if lowered.startswith(scheme):
+            url = url[len(scheme) :]
+            break
+    else:
+        if "://" in url:
+            raise ValueError(
+                f"URL {url!r} does not fit protocol {protocol!r}: give host:port "
+                f"(TLS is not supported yet)"
+            )
+    if not url:
+        raise ValueError("the server URL is empty")
+    host_only = ("]" in url and not _HAS_PORT.search(url)) or ("]" not in url and ":" not in url)
+    return f"{url}:{C.DEFAULT_PORTS[protocol]}" if host_only else url
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def _positive_seconds(name: str, value: float | None) -> float | None:
+    if value is not None and not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds or None, got {value!r}")
+    return value
+
+
+class BaseTranslator:
+    """Arguments and everything that is not I/O (see Translator for the parameters)."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        protocol: str = C.DEFAULT_PROTOCOL,
+        model: str = C.DEFAULT_MODEL,
+        *,
+        timeout: float | None = C.DEFAULT_TIMEOUT,
+        deadline: float | None = None,
+        max_retries: int = C.DEFAULT_MAX_RETRIES,
+        batch_size: int = C.DEFAULT_BATCH_SIZE,
+        max_batch_tokens: int | None = C.DEFAULT_MAX_BATCH_TOKENS,
+        concurrency: int = C.DEFAULT_CONCURRENCY,
+    ) -> None:
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+        if not model:
+            raise ValueError("model must be a model name")
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise ValueError(f"max_retries must be a non-negative integer, got {max_retries!r}")
+        self.protocol = protocol
+        self.url = normalize_url(url, protocol)
+        self.model = model
+        self.timeout = _positive_seconds("timeout", timeout)
+        self.deadline = _positive_seconds("deadline", deadline)
+        self.batch_size = _positive_int("batch_size", batch_size)
+        self.max_batch_tokens = (
+            None
+            if max_batch_tokens is None
+            else _positive_int("max_batch_tokens", max_batch_tokens)
+        )
+        self.concurrency = _positive_int("concurrency", concurrency)
+        self.retry_policy = RetryPolicy(max_retries=max_retries)
+
+    @property
+    def endpoint(self) -> str:
+        """Where requests go, for messages: "localhost:8001 (grpc)"."""
+        return f"{self.url} ({self.protocol})"
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(url={self.url!r}, protocol={self.protocol!r}, "
+            f"model={self.model!r}, batch_size={self.batch_size}, "
+            f"concurrency={self.concurrency})"
+        )
+
+    # -- the parts of a call
+
+    def _start(self, texts: str | Iterable[str], options: Options) -> tuple[Job, Deadline]:
+        if isinstance(texts, str):
+            texts = (texts,)
+        blank = Translation("", None, [] if options.nbest else None)
+        job = Job(
+            texts, batch_size=self.batch_size, max_batch_tokens=self.max_batch_tokens, blank=blank
+        )
+        return job, Deadline(self.deadline)
+
+    def _attempts(self, deadline: Deadline, chunk: Chunk | None, transport: object) -> Attempts:
+        return Attempts(
+            self.retry_policy,
+            deadline,
+            self.timeout,
+            endpoint=self.endpoint,
+            chunk=chunk,
+            connection_errors=getattr(transport, "connection_errors", ()),
+        )
+
+    def _readiness(self, timeout: float, transport: object) -> ReadinessWait:
+        return ReadinessWait(self, timeout, getattr(transport, "connection_errors", ()))
+
+
+class ReadinessWait:
+    """The state of one wait_until_ready(): the shells probe and sleep, this decides."""
+
+    def __init__(
+        self,
+        translator: BaseTranslator,
+        timeout: float,
+        connection_errors: tuple[type[BaseException], ...],
+    ) -> None:
+        self._translator = translator
+        self._timeout = timeout
+        self._connection_errors = connection_errors
+        self._started = time.monotonic()
+        self._server_ready = False
+        self._last_error: TranslationError | None = None
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self._started
+
+    def probe_timeout(self) -> float:
+        return max(0.1, min(self._timeout - self.elapsed, C.PROBE_TIMEOUT))
+
+    def ready(self, probe: tuple[bool, bool]) -> bool:
+        """Record a probe's (server ready, model ready); True when both are."""
+        self._server_ready, model_ready = probe
+        self._last_error = None
+        return model_ready
+
+    def failed(self, exc: BaseException) -> None:
+        """Record a failed probe; raise at once when the failure is final (unknown model)."""
+        t = self._translator
+        error = map_exception(exc, endpoint=t.endpoint, connection_errors=self._connection_errors)
+        if isinstance(error, ModelNotFoundError):
+            raise error from exc
+        self._server_ready, self._last_error = False, error
+
+    def pause(self) -> float:
+        """Seconds to sleep before the next probe; raises when the time is up."""
+        remaining = self._timeout - self.elapsed
+        if remaining <= 0:
+            raise self._error()
+        return min(C.READY_POLL_INTERVAL, remaining)
+
+    def _error(self) -> TranslationError:
+        t, waited = self._translator, self._timeout
+        if self._server_ready:
+            # Triton's model control mode "none" makes a server ready only once every model has
+            # loaded: a model that is still not ready failed to load or is not this server's.
+            return ModelNotFoundError(
+                f"the server at {t.endpoint} is ready but model '{t.model}' did not become "
+                f"ready within {waited:g} s"
+            )
+        if self._last_error is not None:
+            return ServerUnavailableError(
+                f"{self._last_error.message} (waited {waited:g} s for it to become ready)"
+            )
+        return ServerUnavailableError(
+            f"the server at {t.endpoint} did not become ready within {waited:g} s"
+        )

@@ -1,0 +1,161 @@
+"""The server contract as code: decoding options, request tensors, response decoding.
+
+Shared by both protocols and both shells; tritonclient's grpc and http modules have the same
+``InferInput`` / ``InferRequestedOutput`` / ``InferResult.as_numpy`` surface, so the module is
+a parameter here, not a reason for a second copy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Protocol
+
+import numpy as np
+
+from . import _constants as C
+from ._results import Hypothesis, Translation
+from .errors import InvalidInputError, ServerError
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """Decoding options of one translate() call; None means "the server's default"."""
+
+    beam_size: int | None = None
+    max_length: int | None = None
+    length_penalty: float | None = None
+    num_hypotheses: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("beam_size", "max_length"):
+            value = getattr(self, name)
+            if value is not None and (not _is_int(value) or value < 1):
+                raise InvalidInputError(f"{name} must be a positive integer, got {value!r}")
+        if not _is_int(self.num_hypotheses) or self.num_hypotheses < 1:
+            raise InvalidInputError(
+                f"num_hypotheses must be a positive integer, got {self.num_hypotheses!r}"
+            )
+        if self.beam_size is not None and self.num_hypotheses > self.beam_size:
+            raise InvalidInputError(
+                f"num_hypotheses ({self.num_hypotheses}) cannot exceed beam_size ({self.beam_size})"
+            )
+        penalty = self.length_penalty
+        if penalty is not None and (
+            isinstance(penalty, bool)
+            or not isinstance(penalty, (int, float))
+            or not math.isfinite(penalty)
+        ):
+            raise InvalidInputError(f"length_penalty must be a finite number, got {penalty!r}")
+
+    @property
+    def nbest(self) -> bool:
+        return self.num_hypotheses > 1
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """The tensors of one inference request, independent of the protocol."""
+
+    inputs: tuple[tuple[str, np.ndarray, str], ...]  # (name, array, Triton datatype)
+    outputs: tuple[str, ...]
+
+
+def encode_request(texts: Sequence[bytes], options: Options) -> Request:
+    """TEXT [n] plus the optional scalar inputs that differ from the server's defaults."""
+    inputs: list[tuple[str, np.ndarray, str]] = [
+        (C.INPUT_TEXT, np.array(texts, dtype=np.object_), "BYTES")
+    ]
+    # Omitted inputs take the server's defaults; NUM_HYPOTHESES=1 is the default, so a plain
+    # request carries TEXT alone and works with any server that implements the contract.
+    for name, value, dtype in (
+        (C.INPUT_BEAM_SIZE, options.beam_size, np.int32),
+        (C.INPUT_MAX_LENGTH, options.max_length, np.int32),
+        (C.INPUT_LENGTH_PENALTY, options.length_penalty, np.float32),
+        (C.INPUT_NUM_HYPOTHESES, options.num_hypotheses if options.nbest else None, np.int32),
+    ):
+        if value is not None:
+            datatype = "INT32" if dtype is np.int32 else "FP32"
+            inputs.append((name, np.array([value], dtype=dtype), datatype))
+    outputs = [C.OUTPUT_TRANSLATION, C.OUTPUT_SCORE]
+    if options.nbest:
+        outputs += [C.OUTPUT_NBEST_TRANSLATION, C.OUTPUT_NBEST_SCORE]
+    return Request(tuple(inputs), tuple(outputs))
+
+
+def tritonclient_tensors(module: ModuleType, request: Request) -> tuple[list[Any], list[Any]]:
+    """(inputs, requested outputs) for ``tritonclient.grpc`` or ``tritonclient.http``.
+
+    Both default to the binary tensor encoding (HTTP included), which carries UTF-8 bytes as is.
+    """
+    inputs = []
+    for name, array, datatype in request.inputs:
+        tensor = module.InferInput(name, list(array.shape), datatype)
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    outputs = [module.InferRequestedOutput(name) for name in request.outputs]
+    return inputs, outputs
+
+
+class InferResult(Protocol):
+    def as_numpy(self, name: str) -> np.ndarray | None: ...
+
+
+def decode_response(result: InferResult, count: int, options: Options) -> list[Translation]:
+    """Exactly ``count`` translations from one response, or ServerError saying what is wrong."""
+    texts = _output(result, C.OUTPUT_TRANSLATION, (count,))
+    score_array = result.as_numpy(C.OUTPUT_SCORE)
+    if score_array is None:
+        scores: list[float | None] = [None] * count
+    else:
+        scores = [_score(s) for s in _checked(score_array, C.OUTPUT_SCORE, (count,))]
+    if not options.nbest:
+        return [Translation(_text(t), s) for t, s in zip(texts, scores, strict=True)]
+    k = options.num_hypotheses
+    nbest_texts = _output(result, C.OUTPUT_NBEST_TRANSLATION, (count, k))
+    nbest_scores = _output(result, C.OUTPUT_NBEST_SCORE, (count, k))
+    return [
+        Translation(
+            _text(t),
+            s,
+            [Hypothesis(_text(ht), _score(hs)) for ht, hs in zip(row_t, row_s, strict=True)],
+        )
+        for t, s, row_t, row_s in zip(texts, scores, nbest_texts, nbest_scores, strict=True)
+    ]
+
+
+def _output(result: InferResult, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    array = result.as_numpy(name)
+    if array is None:
+        raise ServerError(f"the server's response has no {name} output")
+    return _checked(array, name, shape)
+
+
+def _checked(array: np.ndarray, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    if array.shape != shape:
+        raise ServerError(
+            f"the server returned {name} of shape {list(array.shape)} for a request of "
+            f"{shape[0]} sentence(s); expected {list(shape)}"
+        )
+    return array
+
+
+def _text(value: bytes | str) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ServerError(f"the server returned a translation that is not UTF-8: {exc}") from exc
+
+
+def _score(value: np.floating) -> float:
+    # The shortest decimal that identifies the float32 (-0.1, not -0.10000000149011612): what
+    # the server computed, without the noise of widening it to a double.
+    return float(str(np.float32(value)))

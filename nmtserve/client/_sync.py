@@ -1,0 +1,266 @@
+"""Translator: the blocking shell (a thread pool keeps requests in flight)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ThreadPoolExecutor, wait
+from contextlib import closing
+from types import TracebackType
+from typing import overload
+
+from . import _constants as C
+from ._base import BaseTranslator
+from ._batching import Chunk, Job
+from ._protocol import Options, decode_response, encode_request
+from ._results import Translation
+from ._retry import Deadline
+from ._transports import SYNC_TRANSPORTS
+
+
+class Translator(BaseTranslator):
+    """Translate text with a Triton server that serves the nmtserve contract.
+
+    Parameters:
+        url: ``host:port`` of the server (a ``grpc://`` or ``http://`` prefix is accepted, a
+            missing port is the protocol's default: 8001 for gRPC, 8000 for HTTP).
+        protocol: ``"grpc"`` or ``"http"``.
+        model: the Triton model name.
+        timeout: seconds one request may take (None: no limit). A request that times out is
+            not retried: it would most likely time out again, at the server's expense.
+        deadline: seconds one ``translate()`` call may take in all, retries included (None: no
+            limit).
+        max_retries: retries of a request after a transient failure (server unavailable,
+            connection refused or reset), with exponential backoff and jitter.
+        batch_size: most sentences per request.
+        max_batch_tokens: most padded whitespace tokens per request (sentences x the longest);
+            None: no budget.
+        concurrency: most requests in flight at once (across concurrent calls too).
+
+    ``translate("one sentence")`` returns a Translation; ``translate(lines)`` returns a list of
+    the same length and order. Blank lines become empty translations without a request.
+    Thread-safe; use it as a context manager or call ``close()``.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        protocol: str = C.DEFAULT_PROTOCOL,
+        model: str = C.DEFAULT_MODEL,
+        *,
+        timeout: float | None = C.DEFAULT_TIMEOUT,
+        deadline: float | None = None,
+        max_retries: int = C.DEFAULT_MAX_RETRIES,
+        batch_size: int = C.DEFAULT_BATCH_SIZE,
+        max_batch_tokens: int | None = C.DEFAULT_MAX_BATCH_TOKENS,
+        concurrency: int = C.DEFAULT_CONCURRENCY,
+    ) -> None:
+        super().__init__(
+            url,
+            protocol,
+            model,
+            timeout=timeout,
+            deadline=deadline,
+            max_retries=max_retries,
+            batch_size=batch_size,
+            max_batch_tokens=max_batch_tokens,
+            concurrency=concurrency,
+        )
+        self._transport = SYNC_TRANSPORTS[protocol](self.url, self.timeout, self.concurrency)
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+        self._closed = False
+
+    # -- translating
+
+    @overload
+    def translate(
+        self,
+        texts: str,
+        *,
+        beam_size: int | None = ...,
+        max_length: int | None = ...,
+        length_penalty: float | None = ...,
+        num_hypotheses: int = ...,
+    ) -> Translation: ...
+
+    @overload
+    def translate(
+        self,
+        texts: Iterable[str],
+        *,
+        beam_size: int | None = ...,
+        max_length: int | None = ...,
+        length_penalty: float | None = ...,
+        num_hypotheses: int = ...,
+    ) -> list[Translation]: ...
+
+    def translate(
+        self,
+        texts: str | Iterable[str],
+        *,
+        beam_size: int | None = None,
+        max_length: int | None = None,
+        length_penalty: float | None = None,
+        num_hypotheses: int = 1,
+    ) -> Translation | list[Translation]:
+        """Translate one sentence (a str) or many (an iterable of str).
+
+        Decoding options left at None take the server's defaults. ``num_hypotheses`` > 1 fills
+        each result's ``hypotheses`` with the n-best list. Raises a TranslationError subclass
+        (see ``nmtserve.client.errors``) unless every sentence got its translation.
+        """
+        results = list(
+            self.translate_iter(
+                texts,
+                beam_size=beam_size,
+                max_length=max_length,
+                length_penalty=length_penalty,
+                num_hypotheses=num_hypotheses,
+            )
+        )
+        return results[0] if isinstance(texts, str) else results
+
+    def translate_iter(
+        self,
+        texts: str | Iterable[str],
+        *,
+        beam_size: int | None = None,
+        max_length: int | None = None,
+        length_penalty: float | None = None,
+        num_hypotheses: int = 1,
+    ) -> Iterator[Translation]:
+        """Like translate(), but yields the translations in input order as soon as they and all
+        before them are done, and reads ``texts`` lazily (a file object works)."""
+        batches = self._iter_batches(
+            texts, Options(beam_size, max_length, length_penalty, num_hypotheses)
+        )
+        return _flatten(batches)
+
+    def _iter_batches(
+        self, texts: str | Iterable[str], options: Options
+    ) -> Iterator[list[Translation]]:
+        """The results in input order, a list each time the in-order prefix grows (what the
+        CLI writes and flushes at once)."""
+        self._check_open()
+        job, deadline = self._start(texts, options)
+        return self._run(job, options, deadline)
+
+    def _run(self, job: Job, options: Options, deadline: Deadline) -> Iterator[list[Translation]]:
+        inflight: dict[Future[list[Translation]], Chunk] = {}
+        cancelled = threading.Event()
+        try:
+            while True:
+                while len(inflight) < self.concurrency:
+                    chunk = job.next_chunk()
+                    if chunk is None:
+                        break
+                    if not inflight and job.all_planned:
+                        # The only request of the call (one sentence, a short list): no thread hop.
+                        job.complete(chunk, self._send(chunk, options, deadline, cancelled))
+                        break
+                    future = self._executor().submit(
+                        self._send, chunk, options, deadline, cancelled
+                    )
+                    inflight[future] = chunk
+                ready = job.pop_ready()
+                if ready:
+                    yield ready
+                if not inflight and job.all_planned:
+                    break
+                done, _ = wait(inflight, timeout=deadline.remaining(), return_when=FIRST_COMPLETED)
+                if not done:
+                    raise deadline.error(job.emitted, job.seen)
+                for future in done:
+                    job.complete(inflight.pop(future), future.result())
+            assert job.finished
+        finally:
+            cancelled.set()
+            for future in inflight:
+                future.cancel()
+
+    def _send(
+        self, chunk: Chunk, options: Options, deadline: Deadline, cancelled: threading.Event
+    ) -> list[Translation]:
+        """One request, with retries; runs in a worker thread (or inline for a lone request)."""
+        request = encode_request(chunk.texts, options)
+        attempts = self._attempts(deadline, chunk, self._transport)
+        while True:
+            timeout = attempts.timeout()
+            try:
+                result = self._transport.infer(self.model, request, timeout)
+            except Exception as exc:
+                # Waits on the event, so a call that already failed stops retrying at once.
+                if cancelled.wait(attempts.failed(exc)):
+                    raise CancelledError from None
+                continue
+            return decode_response(result, len(chunk), options)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            self._check_open()
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    max_workers=self.concurrency, thread_name_prefix="nmtserve-client"
+                )
+            return self._pool
+
+    # -- health
+
+    def is_ready(self) -> bool:
+        """Whether the server and the model are ready now (never raises)."""
+        try:
+            return self._transport.probe(self.model, C.PROBE_TIMEOUT) == (True, True)
+        except Exception:
+            return False
+
+    def wait_until_ready(self, timeout: float = C.DEFAULT_READY_TIMEOUT) -> float:
+        """Block until the server and the model are ready; return the seconds it took.
+
+        Raises ServerUnavailableError if they are not ready within timeout, ModelNotFoundError
+        as soon as the server says it does not know the model.
+        """
+        self._check_open()
+        wait = self._readiness(timeout, self._transport)
+        while True:
+            try:
+                if wait.ready(self._transport.probe(self.model, wait.probe_timeout())):
+                    return wait.elapsed
+            except Exception as exc:
+                wait.failed(exc)
+            time.sleep(wait.pause())
+
+    # -- lifetime
+
+    def close(self) -> None:
+        """Stop the worker threads and close the connections (safe to call twice)."""
+        with self._pool_lock:
+            if self._closed:
+                return
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        self._transport.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} is closed")
+
+    def __enter__(self) -> Translator:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _flatten(batches: Iterator[list[Translation]]) -> Iterator[Translation]:
+    with closing(batches):  # closing early cancels what is still in flight
+        for batch in batches:
+            yield from batch

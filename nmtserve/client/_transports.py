@@ -1,0 +1,248 @@
+"""The I/O: one small adapter per (protocol, sync/async) over tritonclient's clients.
+
+Each offers ``infer(model, request, timeout)`` and ``probe(model, timeout)`` and raises what its
+library raises; mapping, retrying and batching happen in the shared core. tritonclient is
+imported per protocol, so a gRPC user never imports gevent and an HTTP user never imports grpc.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Any
+
+from . import _constants as C
+from ._protocol import Request, tritonclient_tensors
+
+LOGGER = logging.getLogger("nmtserve.client")
+
+
+def _server_timeout_us(timeout: float | None) -> int | None:
+    # Triton's own request timeout (microseconds): a request still queued on the server when
+    # the client has given up is dropped there instead of being computed for nobody. Only
+    # schedulers with a queue honour it; others ignore it.
+    return None if timeout is None else max(1, int(timeout * 1e6))
+
+
+def _grpc_channel_args() -> list[tuple[str, Any]]:
+    """tritonclient's default channel options plus a reconnect schedule that keeps up with
+    our retries (passing channel_args replaces all of tritonclient's defaults)."""
+    from tritonclient.grpc import MAX_GRPC_MESSAGE_SIZE, KeepAliveOptions
+
+    keepalive = KeepAliveOptions()
+    backoff = C.GRPC_RECONNECT_BACKOFF_MS
+    return [
+        ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.keepalive_time_ms", keepalive.keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", keepalive.keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", keepalive.keepalive_permit_without_calls),
+        ("grpc.http2.max_pings_without_data", keepalive.http2_max_pings_without_data),
+        ("grpc.initial_reconnect_backoff_ms", backoff["initial"]),
+        ("grpc.min_reconnect_backoff_ms", backoff["min"]),
+        ("grpc.max_reconnect_backoff_ms", backoff["max"]),
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# Blocking
+
+
+class GrpcTransport:
+    """tritonclient.grpc: one client (one channel) shared by all threads; it is thread-safe."""
+
+    connection_errors: tuple[type[BaseException], ...] = ()
+
+    def __init__(self, url: str, timeout: float | None, concurrency: int) -> None:
+        import tritonclient.grpc as module
+
+        self._module = module
+        self._client = module.InferenceServerClient(url, channel_args=_grpc_channel_args())
+
+    def infer(self, model: str, request: Request, timeout: float | None) -> Any:
+        inputs, outputs = tritonclient_tensors(self._module, request)
+        return self._client.infer(
+            model,
+            inputs,
+            outputs=outputs,
+            client_timeout=timeout,
+            timeout=_server_timeout_us(timeout),
+        )
+
+    def probe(self, model: str, timeout: float | None) -> tuple[bool, bool]:
+        client = self._client
+        if not client.is_server_ready(client_timeout=timeout):
+            return False, False
+        if client.is_model_ready(model, client_timeout=timeout):
+            return True, True
+        client.get_model_metadata(model, client_timeout=timeout)  # raises for an unknown model
+        return True, False
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class HttpTransport:
+    """tritonclient.http: geventhttpclient, whose clients must not be shared between threads,
+    so each thread gets its own (a keep-alive connection each). Its time limit is the socket
+    timeout set when the client is made, so the per-request ``timeout`` is fixed here and a
+    shorter remaining deadline is enforced by the caller's wait instead."""
+
+    def __init__(self, url: str, timeout: float | None, concurrency: int) -> None:
+        import tritonclient.http as module
+        from geventhttpclient.response import HTTPParseError
+
+        self._module = module
+        self._url = url
+        self._timeout = timeout
+        # A keep-alive connection the server closed (a restart) surfaces as a parse error.
+        self.connection_errors: tuple[type[BaseException], ...] = (HTTPParseError,)
+        self._local = threading.local()
+        self._clients: list[Any] = []
+        self._lock = threading.Lock()
+
+    def _client(self) -> Any:
+        client = getattr(self._local, "client", None)
+        if client is None:
+            connect = (
+                C.CONNECT_TIMEOUT
+                if self._timeout is None
+                else min(C.CONNECT_TIMEOUT, self._timeout)
+            )
+            client = self._module.InferenceServerClient(
+                self._url, connection_timeout=connect, network_timeout=self._timeout
+            )
+            self._local.client = client
+            with self._lock:
+                self._clients.append(client)
+        return client
+
+    def infer(self, model: str, request: Request, timeout: float | None) -> Any:
+        inputs, outputs = tritonclient_tensors(self._module, request)
+        return self._client().infer(
+            model, inputs, outputs=outputs, timeout=_server_timeout_us(timeout)
+        )
+
+    def probe(self, model: str, timeout: float | None) -> tuple[bool, bool]:
+        client = self._client()
+        if not client.is_server_ready():
+            return False, False
+        if client.is_model_ready(model):
+            return True, True
+        client.get_model_metadata(model)  # raises for an unknown model
+        return True, False
+
+    def close(self) -> None:
+        with self._lock:
+            clients, self._clients = self._clients, []
+        for client in clients:
+            try:
+                client.close()
+            except Exception as exc:  # a client made by another thread may refuse; it is idle
+                LOGGER.debug("closing an HTTP client failed: %s", exc)
+        self._local = threading.local()
+
+
+# --------------------------------------------------------------------------------------------
+# asyncio
+
+
+class AsyncGrpcTransport:
+    """tritonclient.grpc.aio; the channel is made on first use, inside the running loop."""
+
+    connection_errors: tuple[type[BaseException], ...] = ()
+
+    def __init__(self, url: str, timeout: float | None, concurrency: int) -> None:
+        import tritonclient.grpc as module
+        import tritonclient.grpc.aio as aio
+
+        self._module = module
+        self._aio = aio
+        self._url = url
+        self._client: Any = None
+
+    def _get(self) -> Any:
+        if self._client is None:
+            self._client = self._aio.InferenceServerClient(
+                self._url, channel_args=_grpc_channel_args()
+            )
+        return self._client
+
+    async def infer(self, model: str, request: Request, timeout: float | None) -> Any:
+        inputs, outputs = tritonclient_tensors(self._module, request)
+        return await self._get().infer(
+            model,
+            inputs,
+            outputs=outputs,
+            client_timeout=timeout,
+            timeout=_server_timeout_us(timeout),
+        )
+
+    async def probe(self, model: str, timeout: float | None) -> tuple[bool, bool]:
+        client = self._get()
+        if not await client.is_server_ready(client_timeout=timeout):
+            return False, False
+        if await client.is_model_ready(model, client_timeout=timeout):
+            return True, True
+        await client.get_model_metadata(model, client_timeout=timeout)
+        return True, False
+
+    async def close(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
+
+
+class AsyncHttpTransport:
+    """tritonclient.http.aio (aiohttp); the session is made on first use, inside the loop.
+    Time limits are asyncio's, so each request gets its own (deadline-aware) limit."""
+
+    def __init__(self, url: str, timeout: float | None, concurrency: int) -> None:
+        import aiohttp
+        import tritonclient.http as module
+        import tritonclient.http.aio as aio
+
+        self._module = module
+        self._aio = aio
+        self._url = url
+        self._timeout = timeout
+        self._concurrency = concurrency
+        # ServerDisconnectedError, ClientOSError (refused, reset) and a body cut short.
+        self.connection_errors: tuple[type[BaseException], ...] = (
+            aiohttp.ClientConnectionError,
+            aiohttp.ClientPayloadError,
+        )
+        self._client: Any = None
+
+    def _get(self) -> Any:
+        if self._client is None:
+            self._client = self._aio.InferenceServerClient(
+                self._url, conn_limit=self._concurrency, conn_timeout=self._timeout
+            )
+        return self._client
+
+    async def infer(self, model: str, request: Request, timeout: float | None) -> Any:
+        inputs, outputs = tritonclient_tensors(self._module, request)
+        call = self._get().infer(
+            model, inputs, outputs=outputs, timeout=_server_timeout_us(timeout)
+        )
+        return await asyncio.wait_for(call, timeout)
+
+    async def probe(self, model: str, timeout: float | None) -> tuple[bool, bool]:
+        client = self._get()
+        if not await asyncio.wait_for(client.is_server_ready(), timeout):
+            return False, False
+        if await asyncio.wait_for(client.is_model_ready(model), timeout):
+            return True, True
+        await asyncio.wait_for(client.get_model_metadata(model), timeout)
+        return True, False
+
+    async def close(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
+
+
+SYNC_TRANSPORTS = {"grpc": GrpcTransport, "http": HttpTransport}
+ASYNC_TRANSPORTS = {"grpc": AsyncGrpcTransport, "http": AsyncHttpTransport}

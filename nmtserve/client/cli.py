@@ -1,0 +1,321 @@
+"""``nmtserve translate`` against a server: lines in (files or stdin), one translation per line out.
+
+Exit codes: 0 every line translated; 1 the translation failed (timeout, server error); 2 usage
+or invalid input (bad option, unreadable file, input the server rejects, unknown model); 3 the
+server could not be reached. A failure prints one line on stderr, naming the input line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import logging
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from ..cli import EXIT_ERROR, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
+from . import _constants as C
+from ._protocol import Options
+from ._results import Translation
+from ._sync import Translator
+from .errors import (
+    InvalidInputError,
+    ModelNotFoundError,
+    ServerUnavailableError,
+    TranslationError,
+    describe_indices,
+)
+
+PROG = "nmtserve translate"
+STDIN_NAME = "<stdin>"
+
+
+class UsageError(Exception):
+    """A problem with the command line or the input files (exit code 2)."""
+
+
+def exit_code(error: TranslationError) -> int:
+    if isinstance(error, ServerUnavailableError):
+        return EXIT_UNAVAILABLE
+    if isinstance(error, (InvalidInputError, ModelNotFoundError)):
+        return EXIT_USAGE
+    return EXIT_ERROR
+
+
+# --------------------------------------------------------------------------------------------
+# Input
+
+
+@dataclass
+class Lines:
+    """The input lines of all sources, and which source and line each came from."""
+
+    lines: list[str] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)  # index of each source's first line
+    names: list[str] = field(default_factory=list)
+
+    def add(self, name: str, data: bytes) -> None:
+        try:
+            # utf-8-sig: a byte-order mark (Windows editors) is not part of the first sentence.
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            line = data[: exc.start].count(b"\n") + 1
+            raise UsageError(f"{name}:{line}: not valid UTF-8 ({exc.reason})") from None
+        lines = text.split("\n")
+        if lines[-1] == "":
+            lines.pop()  # the newline that ends the last line does not start another
+        self.starts.append(len(self.lines))
+        self.names.append(name)
+        self.lines.extend(line.removesuffix("\r") for line in lines)
+
+    def where(self, index: int) -> str:
+        """ "file:line" of the input sentence at index."""
+        source = bisect.bisect_right(self.starts, index) - 1
+        return f"{self.names[source]}:{index - self.starts[source] + 1}"
+
+    def describe(self, indices: Iterable[int]) -> str:
+        indices = sorted(indices)
+        if len(self.names) == 1:
+            lines = "lines" if len(indices) > 1 else "line"
+            return f"{self.names[0]} {lines} {describe_indices(i + 1 for i in indices)}"
+        more = f" and {len(indices) - 1} more" if len(indices) > 1 else ""
+        return f"{self.where(indices[0])}{more}"
+
+
+def read_inputs(files: list[str], stdin: TextIO) -> Lines:
+    inputs = Lines()
+    for name in files or ["-"]:
+        if name == "-":
+            stream = getattr(stdin, "buffer", None)
+            data = stream.read() if stream is not None else stdin.read().encode("utf-8")
+            inputs.add(STDIN_NAME, data)
+            continue
+        try:
+            with open(name, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise UsageError(f"cannot read {name}: {exc.strerror or exc}") from None
+        inputs.add(name, data)
+    return inputs
+
+
+# --------------------------------------------------------------------------------------------
+# Output
+
+
+def format_line(source: str, translation: Translation, as_json: bool) -> str:
+    if not as_json:
+        text = translation.text
+        if "\n" in text or "\r" in text:
+            # One output line per input line, whatever the model produced.
+            text = " ".join(text.splitlines())
+        return text
+    record: dict[str, Any] = {
+        "source": source,
+        "translation": translation.text,
+        "score": translation.score,
+    }
+    if translation.hypotheses is not None:
+        record["nbest"] = [
+            {"translation": h.text, "score": h.score} for h in translation.hypotheses
+        ]
+    return json.dumps(record, ensure_ascii=False)
+
+
+def _progress(total: int, stderr: TextIO, disabled: bool) -> Any:
+    """A tqdm bar, or None when it should not be shown (see _constants)."""
+    if disabled or total < C.PROGRESS_MIN_SENTENCES:
+        return None
+    tty = _isatty(stderr)
+    if not tty and total < C.PROGRESS_LARGE_INPUT:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(
+        total=total,
+        unit="sent",
+        file=stderr,
+        dynamic_ncols=True,
+        mininterval=0.1 if tty else C.PROGRESS_LOG_INTERVAL,
+        leave=False,
+    )
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+# --------------------------------------------------------------------------------------------
+# The command
+
+
+def _options(args: argparse.Namespace) -> tuple[Options, dict[str, Any]]:
+    for name in ("batch_size", "concurrency"):
+        value = getattr(args, name)
+        if value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    if not args.timeout > 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    try:
+        options = Options(args.beam_size, args.max_length, args.length_penalty, args.nbest)
+    except InvalidInputError as exc:
+        # Name the flags the user typed, not the library's parameters.
+        message = str(exc)
+        for param, flag in (
+            ("num_hypotheses", "--nbest"),
+            ("beam_size", "--beam-size"),
+            ("max_length", "--max-length"),
+            ("length_penalty", "--length-penalty"),
+        ):
+            message = message.replace(param, flag)
+        raise UsageError(message) from None
+    url = args.url
+    if args.protocol != C.DEFAULT_PROTOCOL and url == C.DEFAULT_URL:
+        # The parser's default URL is the gRPC port; with --protocol http and no --url the
+        # user means the HTTP port of the same host.
+        url = None
+    translator_args = {
+        "url": url,
+        "protocol": args.protocol,
+        "model": args.model,
+        "timeout": args.timeout,
+        "batch_size": args.batch_size,
+        "concurrency": args.concurrency,
+    }
+    return options, translator_args
+
+
+def translate_remote(
+    args: argparse.Namespace,
+    *,
+    stdin: TextIO | None = None,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> int:
+    """Run ``nmtserve translate`` (without --checkpoint); return the exit code."""
+    stdin = stdin or sys.stdin
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    if not getattr(args, "verbose", 0):
+        # Retries are logged at INFO; the CLI's one error line says what the outcome was.
+        logging.getLogger("nmtserve.client").setLevel(logging.WARNING)
+    for stream in (stdout, stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(encoding="utf-8")  # type: ignore[union-attr]
+
+    inputs: Lines | None = None
+    try:
+        options, translator_args = _options(args)
+        try:
+            translator = Translator(**translator_args)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        with translator:
+            if not args.files and _isatty(stdin):
+                return _interactive(translator, options, args.json, stdin, stdout, stderr)
+            inputs = read_inputs(args.files, stdin)
+            _translate_all(translator, options, inputs, args, stdout, stderr)
+        return EXIT_OK
+    except UsageError as exc:
+        _report(stderr, str(exc))
+        return EXIT_USAGE
+    except TranslationError as exc:
+        _report(stderr, _describe(exc, inputs))
+        return exit_code(exc)
+    except BrokenPipeError:
+        # The reader went away (`| head`): not an error of ours. Point stdout at /dev/null so
+        # that the interpreter's final flush does not complain again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, stdout.fileno())
+        except (AttributeError, OSError, ValueError):
+            pass
+        return EXIT_OK
+
+
+def _translate_all(
+    translator: Translator,
+    options: Options,
+    inputs: Lines,
+    args: argparse.Namespace,
+    stdout: TextIO,
+    stderr: TextIO,
+) -> None:
+    bar = _progress(len(inputs.lines), stderr, args.no_progress)
+    position = 0
+    try:
+        for batch in translator._iter_batches(inputs.lines, options):
+            stdout.write(
+                "".join(
+                    format_line(inputs.lines[position + i], t, args.json) + "\n"
+                    for i, t in enumerate(batch)
+                )
+            )
+            stdout.flush()  # stream: whatever is done in order goes out now
+            position += len(batch)
+            if bar is not None:
+                bar.update(len(batch))
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _interactive(
+    translator: Translator,
+    options: Options,
+    as_json: bool,
+    stdin: TextIO,
+    stdout: TextIO,
+    stderr: TextIO,
+) -> int:
+    """A terminal on stdin: translate each line as it is typed; a rejected line is reported
+    and the session goes on, an unreachable server ends it."""
+    code = EXIT_OK
+    for line in _lines(stdin):
+        try:
+            batches = translator._iter_batches([line], options)
+            translation = [t for batch in batches for t in batch][0]
+        except TranslationError as exc:
+            _report(stderr, exc.message)
+            code = max(code, exit_code(exc))
+            if isinstance(exc, ServerUnavailableError):
+                return code
+            continue
+        stdout.write(format_line(line, translation, as_json) + "\n")
+        stdout.flush()
+    return code
+
+
+def _lines(stream: TextIO) -> Iterator[str]:
+    for line in stream:
+        yield line.rstrip("\r\n")
+
+
+def _describe(error: TranslationError, inputs: Lines | None) -> str:
+    """The error for a person: input positions become file:line."""
+    message = error.message
+    if isinstance(error, ServerUnavailableError):
+        inputs = None  # the server, not a line, is the problem
+    if inputs is not None and error.index is not None:
+        message = f"{inputs.where(error.index)}: {message}"
+    elif inputs is not None and error.indices:
+        message = f"{message} ({inputs.describe(error.indices)})"
+    if error.attempts > 1:
+        message += f" [gave up after {error.attempts} attempts]"
+    if isinstance(error, ServerUnavailableError):
+        message += " (is the server running? 'nmtserve serve' starts one)"
+    return message
+
+
+def _report(stderr: TextIO, message: str) -> None:
+    stderr.write(f"{PROG}: error: {' '.join(message.splitlines())}\n")
+    stderr.flush()

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Create .venv and install nmtserve with the extras named in $NMTSERVE_EXTRAS (default: test).
+# Idempotent: skips pip when pyproject.toml has not changed since the last install.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+extras="${NMTSERVE_EXTRAS:-test}"
+python="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  echo "==> creating .venv" >&2
+  "$python" -m venv .venv
+fi
+# shellcheck disable=SC1091
+. .venv/bin/activate
+stamp=".venv/.nmtserve-installed-${extras//,/_}"
+want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "==> installing nmtserve[$extras] (first run: a few minutes)" >&2
+  python -m pip install -q --upgrade pip
+  # The CPU build of torch; a bare `torch` requirement would pull a multi-GB CUDA build.
+  python -m pip install -q "torch==2.13.0"
+  python -m pip install -q -e ".[$extras]"
+  echo "$want" > "$stamp"
+fi
