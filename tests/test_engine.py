@@ -118,3 +118,24 @@ def test_stopped_engine_refuses_new_work(tiny):
     with pytest.raises(RuntimeError, match="shutting down"):
         engine.translate([[5, 2]], OPTS)
     assert np.all(engine.past_keys[0] == engine.past_keys[0])  # buffers intact, nothing NaN
+
+
+def test_cancelled_request_leaves_the_batch_and_frees_its_rows(tiny):
+    model, onnx_model = tiny
+    engine = engine_for(onnx_model, max_sentences=4)
+    flag = threading.Event()
+    outcome = {}
+
+    def callback(results, error):
+        outcome["error"] = error
+
+    free_before = len(engine.free_rows)
+    engine.submit(sources(8, model.config.src_vocab_size, seed=4), SearchOptions(beam_size=2, max_length=24),
+                  callback, cancelled=flag.is_set)
+    flag.set()
+    deadline = time.monotonic() + 10
+    while "error" not in outcome and time.monotonic() < deadline:
+        time.sleep(0.01)
+    engine.stop()
+    assert "cancelled" in str(outcome["error"])
+    assert len(engine.free_rows) == free_before

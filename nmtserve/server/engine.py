@@ -255,7 +255,28 @@ class InflightBatcher:
         self._memory_cache[key] = (mem_k, mem_v, src_mask)
         return mem_k, mem_v, src_mask
 
+    def _drop_cancelled(self) -> None:
+        cancelled = {s.request for s in self.active if s.request.cancelled and s.request.cancelled()}
+        if not cancelled:
+            return
+        keep = []
+        for s in self.active:
+            if s.request in cancelled:
+                self.free_rows.extend(s.rows.tolist())
+            else:
+                keep.append(s)
+        self.active = keep
+        with self._cond:
+            self.pending = deque(r for r in self.pending if r not in cancelled)
+        for r in cancelled:
+            if not r.failed:
+                r.failed = True
+                r.callback(None, CancelledError("request cancelled"))
+
     def _step(self) -> None:
+        self._drop_cancelled()
+        if not self.active:
+            return
         groups: dict[int, list[_Sentence]] = {}
         for s in self.active:
             groups.setdefault(s.search.options.beam_size, []).append(s)

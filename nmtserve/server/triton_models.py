@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -215,9 +216,14 @@ class GenerateEngineModel:
             loop.call_soon_threadsafe(_settle, future, results, error)
 
         sources = [src[i, : lengths[i]].tolist() for i in range(len(lengths))]
-        self.engine.submit(sources, options, done, cancelled=request.is_cancelled)
+        cancel = threading.Event()  # set here, read by the engine thread (pb_utils stays on this thread)
+        self.engine.submit(sources, options, done, cancelled=cancel.is_set)
         try:
-            results = await future
+            while not future.done():
+                await asyncio.wait([future], timeout=0.5)
+                if not future.done() and request.is_cancelled():
+                    cancel.set()
+            results = future.result()
         except Exception as exc:
             sender.send(pb_utils.InferenceResponse(error=_error(f"decoding failed: {exc}", invalid=False)), flags=final)
             return
