@@ -22,9 +22,9 @@ def tiny(tmp_path_factory):
     return build(tmp_path_factory.mktemp("engine"))
 
 
-def engine_for(onnx_model, max_sentences=6, max_target_len=24, max_beam=4):
+def engine_for(onnx_model, max_sentences=6, max_target_len=24, max_beam=4, pool_slack=64):
     onnx_model.spec = dataclasses.replace(onnx_model.spec, max_target_len=max_target_len, max_batch=max_sentences)
-    return InflightBatcher(onnx_model, max_sentences=max_sentences, max_beam=max_beam).start()
+    return InflightBatcher(onnx_model, max_sentences=max_sentences, max_beam=max_beam, pool_slack=pool_slack).start()
 
 
 def tokens(results):
@@ -52,7 +52,7 @@ def test_staggered_concurrent_requests_equal_the_reference(tiny):
 
 def test_cache_pool_compaction_keeps_results_exact(tiny):
     model, onnx_model = tiny
-    engine = engine_for(onnx_model, max_sentences=2, max_target_len=8)  # pool of 18 steps: wraps often
+    engine = engine_for(onnx_model, max_sentences=2, max_target_len=8, pool_slack=4)  # 14 steps: wraps often
     opts = SearchOptions(beam_size=2, max_length=8)
     srcs = sources(12, model.config.src_vocab_size, seed=5)
     got = engine.translate(srcs, opts, timeout=60)

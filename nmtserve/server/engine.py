@@ -82,13 +82,17 @@ class EngineStopped(RuntimeError):
 class InflightBatcher:
     """Runs the decode loop in a background thread; ``submit`` from any thread."""
 
-    def __init__(self, runtime: StepRuntime, max_sentences: int | None = None, max_beam: int = 8):
+    def __init__(self, runtime: StepRuntime, max_sentences: int | None = None, max_beam: int = 8,
+                 pool_slack: int = 64):
         spec = runtime.spec
         self.runtime, self.spec = runtime, spec
         self.max_sentences = max_sentences or spec.max_batch
         self.max_beam = max_beam
-        self.pool_time = 2 * spec.max_target_len + 2
-        rows = self.max_sentences * max_beam
+        # A sentence lives at most max_target_len steps, so with this much slack the live window
+        # always fits and compaction (a copy of the live window) runs at most every ~64 steps.
+        self.pool_time = spec.max_target_len + pool_slack + 2
+        # Rows for max_sentences at the served default beam; wider beams admit fewer at once.
+        rows = self.max_sentences * max(1, min(max_beam, spec.beam_size))
         self._float = getattr(runtime, "_float", np.float32)
         shape = (self.pool_time, rows, spec.heads, spec.d_k)
         self.past_keys = [np.zeros(shape, self._float) for _ in range(spec.layers)]
