@@ -69,3 +69,10 @@ def test_greedy_and_single_sentence_batches(tmp_path):
     model, onnx_model = build(tmp_path)
     report = check_parity(model, onnx_model, sources(5, model.config.src_vocab_size, seed=3), SearchOptions(beam_size=1, max_length=12), batch_size=1)
     assert report.passed, report.summary()
+
+
+def test_export_leaves_the_model_in_eval_mode_so_dropout_stays_off(tmp_path):
+    model, onnx_model = build(tmp_path, dropout=0.3)
+    assert not any(m.training for m in model.modules())
+    report = check_parity(model, onnx_model, sources(4, model.config.src_vocab_size), SearchOptions(beam_size=2, max_length=8))
+    assert report.passed, report.summary()

@@ -76,6 +76,9 @@ def example_decoder_inputs(model: Transformer, batch: int = 2, beam: int = 3, pa
 
 def _export(module: nn.Module, args: tuple, path: Path, inputs: list[graphs.Tensor], outputs: list[graphs.Tensor]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    # The exporter restores the wrapper's training flag afterwards, recursively: a wrapper left in
+    # training mode would switch the wrapped model's dropout back on for everything that follows.
+    module.eval()
     with warnings.catch_warnings(), torch.no_grad():
         # The TorchScript exporter: stable symbolic shapes via dynamic_axes and If/Loop-free
         # graphs for these modules. Its deprecation warning is not actionable for us yet.
