@@ -15,7 +15,7 @@ from .errors import ModelNotFoundError, ServerUnavailableError, TranslationError
 
 PROTOCOLS = ("grpc", "http")
 _SCHEMES = {"grpc": ("grpc://",), "http": ("http://",)}
-_HAS_PORT = re.compile(r"(:\d+|\]:\d+)$")
+_HAS_PORT = re.compile(r":\d+$")
 
 
 def normalize_url(url: str | None, protocol: str) -> str:

@@ -85,13 +85,16 @@ def map_exception(
     endpoint: str,
     chunk: Chunk | None = None,
     connection_errors: tuple[type[BaseException], ...] = (),
+    timeout: float | None = None,
 ) -> TranslationError:
     """The TranslationError for exc (not raised; exc should become its ``__cause__``).
 
     endpoint ("localhost:8001 (grpc)") goes into messages about reaching the server; chunk,
     when the failure concerns a request, gives the sentences' input positions;
-    connection_errors are the transport library's own network exception types.
+    connection_errors are the transport library's own network exception types; timeout is
+    the time limit the failed request had, for the message of a timeout.
     """
+    waited = "" if timeout is None else f" within {timeout:g} s"
     if isinstance(exc, TranslationError):
         return exc
     indices = chunk.indices if chunk is not None else None
@@ -114,10 +117,12 @@ def map_exception(
             cls = ServerError if http_5xx else TranslationError
         if cls is ServerUnavailableError:
             message = f"the server at {endpoint} is unavailable: {message}"
+        elif cls is TimeoutError:
+            message = f"no answer from {endpoint}{waited}: {message}"
         return cls(message, status=status, indices=indices, index=_named_index(message, chunk))
     # asyncio.TimeoutError and socket.timeout are builtins.TimeoutError from Python 3.11 on.
     if isinstance(exc, (builtins.TimeoutError, asyncio.TimeoutError, socket.timeout)):
-        return TimeoutError(f"no answer from {endpoint} in time", indices=indices)
+        return TimeoutError(f"no answer from {endpoint}{waited}", indices=indices)
     if isinstance(exc, (OSError, *connection_errors)):
         detail = str(exc) or type(exc).__name__
         error = ServerUnavailableError(
@@ -198,6 +203,7 @@ class Attempts:
         self._endpoint = endpoint
         self._chunk = chunk
         self._connection_errors = connection_errors
+        self._last_timeout: float | None = None
         self.count = 0  # attempts started
 
     def timeout(self) -> float | None:
@@ -205,11 +211,13 @@ class Attempts:
         deadline has already passed."""
         self.count += 1
         remaining = self._deadline.remaining()
-        if remaining is None:
-            return self._timeout
-        if remaining <= 0.0:
+        if remaining is not None and remaining <= 0.0:
             raise self._deadline_error()
-        return remaining if self._timeout is None else min(self._timeout, remaining)
+        if remaining is None or (self._timeout is not None and self._timeout <= remaining):
+            self._last_timeout = self._timeout
+        else:
+            self._last_timeout = remaining
+        return self._last_timeout
 
     def failed(self, exc: BaseException) -> float:
         """Seconds to wait before the next attempt; raises the mapped error when there should
@@ -219,6 +227,7 @@ class Attempts:
             endpoint=self._endpoint,
             chunk=self._chunk,
             connection_errors=self._connection_errors,
+            timeout=self._last_timeout,
         )
         if error is not exc:
             error.__cause__ = exc

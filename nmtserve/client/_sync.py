@@ -156,7 +156,7 @@ class Translator(BaseTranslator):
                     chunk = job.next_chunk()
                     if chunk is None:
                         break
-                    if not inflight and job.all_planned:
+                    if not inflight and job.all_planned and self._can_run_inline(deadline):
                         # The only request of the call (one sentence, a short list): no thread hop.
                         job.complete(chunk, self._send(chunk, options, deadline, cancelled))
                         break
@@ -196,6 +196,10 @@ class Translator(BaseTranslator):
                     raise CancelledError from None
                 continue
             return decode_response(result, len(chunk), options)
+
+    def _can_run_inline(self, deadline: Deadline) -> bool:
+        # Waiting on a worker is what enforces a deadline the transport cannot pass on.
+        return deadline.seconds is None or self._transport.per_request_timeout
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._pool_lock:

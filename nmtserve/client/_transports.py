@@ -53,6 +53,8 @@ class GrpcTransport:
     """tritonclient.grpc: one client (one channel) shared by all threads; it is thread-safe."""
 
     connection_errors: tuple[type[BaseException], ...] = ()
+    # Each call takes its own time limit (so a call's deadline reaches into the request).
+    per_request_timeout = True
 
     def __init__(self, url: str, timeout: float | None, concurrency: int) -> None:
         import tritonclient.grpc as module
@@ -88,6 +90,8 @@ class HttpTransport:
     so each thread gets its own (a keep-alive connection each). Its time limit is the socket
     timeout set when the client is made, so the per-request ``timeout`` is fixed here and a
     shorter remaining deadline is enforced by the caller's wait instead."""
+
+    per_request_timeout = False
 
     def __init__(self, url: str, timeout: float | None, concurrency: int) -> None:
         import tritonclient.http as module

@@ -178,13 +178,8 @@ def _options(args: argparse.Namespace) -> tuple[Options, dict[str, Any]]:
         ):
             message = message.replace(param, flag)
         raise UsageError(message) from None
-    url = args.url
-    if args.protocol != C.DEFAULT_PROTOCOL and url == C.DEFAULT_URL:
-        # The parser's default URL is the gRPC port; with --protocol http and no --url the
-        # user means the HTTP port of the same host.
-        url = None
     translator_args = {
-        "url": url,
+        "url": args.url,  # None: localhost on the protocol's default port
         "protocol": args.protocol,
         "model": args.model,
         "timeout": args.timeout,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import warnings
 from pathlib import Path
@@ -12,6 +11,7 @@ from torch import Tensor, nn
 
 from .. import graphs
 from ..model.transformer import Transformer
+from ..runtime.spec import file_sha256  # noqa: F401 - re-exported for the export pipeline
 
 log = logging.getLogger(__name__)
 
@@ -106,11 +106,3 @@ def export_decoder(model: Transformer, path: Path) -> Path:
     d = dims_of(model)
     _export(DecoderGraph(model), example_decoder_inputs(model), path, graphs.decoder_inputs(d), graphs.decoder_outputs(d))
     return path
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()

@@ -52,13 +52,14 @@ class ExportReport:
     seconds: dict[str, float] = field(default_factory=dict)
     parity: ParityReport | None = None
     lint: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         stages = ", ".join(f"{k} {v:.1f}s" for k, v in self.seconds.items())
         lines = [f"exported to {self.repository} ({stages})"]
         if self.parity:
             lines.append(self.parity.summary())
-        return "\n".join(lines)
+        return "\n".join(lines + self.notes)
 
 
 def load_any_checkpoint(path: Path) -> Checkpoint:
@@ -140,7 +141,7 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
             layers=d.layers, heads=d.heads, d_k=d.d_k, vocab=d.vocab, max_positions=cfg.max_positions,
             pad_id=cfg.pad_id, bos_id=cfg.bos_id, eos_id=cfg.eos_id, unk_id=cfg.unk_id,
             max_source_len=opts.max_source_len, max_target_len=opts.max_target_len, max_batch=opts.max_batch,
-            beam_size=opts.beam_size, tokenizer=files,
+            beam_size=opts.beam_size, tokenizer=files, fp16=opts.fp16, max_beam=max(8, opts.beam_size),
             hashes={"encoder.onnx": file_sha256(encoder), "decoder.onnx": file_sha256(decoder)},
         )
         spec.save(tmp / SPEC_FILE)
@@ -157,17 +158,17 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
             if not report.parity.passed:
                 raise ExportError(report.parity.summary())
 
-        if opts.target == "gpu":
-            raise ExportError(
-                "--target gpu: TensorRT plans are built on the GPU host at first start "
-                "(see README, GPU deployment); export with --target cpu and mount the repository"
-            )
-
         t = time.monotonic()
         write_repository(
             opts.repository, d, artifacts,
             RepositoryOptions(name=opts.name, front_instances=opts.front_instances, max_batch=opts.max_batch,
-                              max_beam=max(8, opts.beam_size)),
+                              max_beam=max(8, opts.beam_size), target=opts.target),
         )
         stage("write", t)
+    if opts.target == "gpu":
+        # Plans are specific to the GPU model and the TensorRT version, so they are not built here.
+        report.notes.append(
+            "target gpu: the TensorRT plans for encoder/decoder are built for the GPU present when the "
+            "container starts (`docker compose up`, see README: GPU deployment)"
+        )
     return report

@@ -10,6 +10,10 @@ Layout (``--name translate``)::
     detokenize/        Python: sentencepiece
     encoder/ decoder/  the graphs themselves, for users who run their own loop
 
+``target="gpu"`` writes ``encoder`` / ``decoder`` as TensorRT models (``platform: "tensorrt_plan"``)
+whose ``1/model.plan`` is built for the GPU present when the container starts
+(``nmtserve.export.engines``), and ``generate_engine`` runs ONNX Runtime's CUDA execution provider.
+
 Every model.py is a one-line hand-over to ``nmtserve.server.triton_models``; artifacts live
 once, in ``generate_engine/1``, and the other models point at them with an ``artifacts``
 parameter.
@@ -25,6 +29,8 @@ from .. import graphs
 from ..server.protocol import OPTION_INPUTS
 
 ARTIFACTS_MODEL = "generate_engine"
+# ONNX Runtime execution providers of generate_engine per target, in preference order.
+TARGET_PROVIDERS = {"cpu": "CPUExecutionProvider", "gpu": "CUDAExecutionProvider,CPUExecutionProvider"}
 _TRITON_TYPES = {"int32": "TYPE_INT32", "int64": "TYPE_INT64", "bool": "TYPE_BOOL", "float32": "TYPE_FP32",
                  "float16": "TYPE_FP16"}
 
@@ -39,6 +45,11 @@ class RepositoryOptions:
     # "inprocess": generate_engine runs ONNX Runtime itself (the default: measured faster);
     # "bls": it calls the encoder/decoder models through BLS.
     step_backend: str = "inprocess"
+    target: str = "cpu"  # "gpu": TensorRT encoder/decoder models, CUDA ONNX Runtime in generate_engine
+
+    def __post_init__(self) -> None:
+        if self.target not in TARGET_PROVIDERS:
+            raise ValueError(f"target must be one of {sorted(TARGET_PROVIDERS)}, got {self.target!r}")
 
 
 def _tensor(name: str, dtype: str, dims: list[int], optional: bool = False) -> str:
@@ -64,6 +75,12 @@ def _python_model(name: str, inputs: list[str], outputs: list[str], *, params: d
     if decoupled:
         text += "model_transaction_policy { decoupled: true }\n"
     return text + _params(params or {})
+
+
+def _tensorrt_model(name: str, inputs: list[str], outputs: list[str]) -> str:
+    """A TensorRT plan model; max_batch_size 0: the batch axis is an ordinary dynamic dim of the graph."""
+    text = f'name: "{name}"\nplatform: "tensorrt_plan"\nmax_batch_size: 0\n'
+    return text + _io("input", inputs) + _io("output", outputs) + "instance_group [ { count: 1 kind: KIND_GPU } ]\n"
 
 
 def _graph_tensors(tensors: list[graphs.Tensor], float_dtype: str = "float32") -> list[str]:
@@ -106,8 +123,19 @@ from nmtserve.server.triton_models import {cls} as TritonPythonModel  # noqa: F4
 
 
 def model_configs(dims: graphs.Dims, opts: RepositoryOptions) -> dict[str, tuple[str, str | None]]:
-    """model name -> (config.pbtxt text, model.py class or None for the ensemble)."""
+    """model name -> (config.pbtxt text, model.py class; None for the ensemble and TensorRT models)."""
     art = {"artifacts": f"../../{ARTIFACTS_MODEL}/1"}
+    graph_io = {
+        "encoder": (_graph_tensors(graphs.encoder_inputs()), _graph_tensors(graphs.encoder_outputs(dims))),
+        "decoder": (_graph_tensors(graphs.decoder_inputs(dims)), _graph_tensors(graphs.decoder_outputs(dims))),
+    }
+    if opts.target == "gpu":
+        graph_models = {name: (_tensorrt_model(name, *io), None) for name, io in graph_io.items()}
+    else:
+        graph_models = {
+            name: (_python_model(name, *io, params={**art, "graph": f"{name}.onnx"}), "OnnxGraphModel")
+            for name, io in graph_io.items()
+        }
     return {
         opts.name: (_ensemble(opts.name), None),
         "tokenize": (_python_model("tokenize", [_tensor("TEXT", "TYPE_STRING", [-1])],
@@ -120,15 +148,11 @@ def model_configs(dims: graphs.Dims, opts: RepositoryOptions) -> dict[str, tuple
                                         params={"artifacts": ".", "max_batch": str(opts.max_batch),
                                                 "max_beam": str(opts.max_beam),
                                                 "intra_op_threads": str(opts.intra_op_threads),
-                                                "step_backend": opts.step_backend}),
+                                                "step_backend": opts.step_backend,
+                                                "providers": TARGET_PROVIDERS[opts.target]}),
                           "GenerateEngineModel"),
         "detokenize": (_python_model("detokenize", _GENERATE_OUT, _FINAL_OUT, params=art), "DetokenizeModel"),
-        "encoder": (_python_model("encoder", _graph_tensors(graphs.encoder_inputs()),
-                                  _graph_tensors(graphs.encoder_outputs(dims)),
-                                  params={**art, "graph": "encoder.onnx"}), "OnnxGraphModel"),
-        "decoder": (_python_model("decoder", _graph_tensors(graphs.decoder_inputs(dims)),
-                                  _graph_tensors(graphs.decoder_outputs(dims)),
-                                  params={**art, "graph": "decoder.onnx"}), "OnnxGraphModel"),
+        **graph_models,
     }
 
 
@@ -151,6 +175,8 @@ def write_repository(repository: Path, dims: graphs.Dims, artifacts: dict[str, P
         if cls:
             _write(version / "model.py", _MODEL_PY.format(model=model, cls=cls))
             written.append(version / "model.py")
+        else:  # a model.py left by an export for the other target would be misleading
+            (version / "model.py").unlink(missing_ok=True)
     target = repository / ARTIFACTS_MODEL / "1"
     for name, src in artifacts.items():
         dst = target / name

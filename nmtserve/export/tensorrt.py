@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import graphs
-from .onnx_export import file_sha256
+from ..runtime.spec import file_sha256  # torch-free: the GPU image has no torch
 
 log = logging.getLogger(__name__)
 

@@ -6,6 +6,7 @@ every expected tensor must be present with its exact shape, and nothing else may
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 SOURCE_SPM = "source.spm"
 TARGET_SPM = "target.spm"
+VOCAB_FILE = "vocab.json"
 
 
 class CheckpointError(ValueError):
@@ -113,6 +115,8 @@ def load_checkpoint(directory: str | Path) -> Checkpoint:
     load_state_dict_strict(model, load_file(str(directory / WEIGHTS_FILE)), str(directory / WEIGHTS_FILE))
     model.eval()
     target = directory / TARGET_SPM
-    tokenizer = Tokenizer.from_files(directory / SOURCE_SPM, target if target.is_file() else None, config)
+    vocab_file = directory / VOCAB_FILE  # vocabulary-mapped checkpoints (converted Marian models)
+    vocab = json.loads(vocab_file.read_text(encoding="utf-8")) if vocab_file.is_file() else None
+    tokenizer = Tokenizer.from_files(directory / SOURCE_SPM, target if target.is_file() else None, config, vocab)
     log.info("loaded %s (%d parameters)", directory, sum(p.numel() for p in model.parameters()))
     return Checkpoint(model=model, tokenizer=tokenizer, path=directory)

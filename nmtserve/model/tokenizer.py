@@ -10,11 +10,32 @@ Torch-free on purpose: the serving processes import it. Two layouts are supporte
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
 import sentencepiece as spm
+
+# Marian's tokenizer keeps these literal special tokens whole when they appear in the text.
+_MARIAN_SPECIALS = re.compile("(</s>|<unk>|<pad>)")
+
+
+def _vocab_pieces(sp: spm.SentencePieceProcessor, text: str) -> list[str]:
+    """Pieces as MarianTokenizer makes them: specials kept whole, a leading >>xx<< code kept whole."""
+    pieces: list[str] = []
+    for segment in _MARIAN_SPECIALS.split(text):
+        if not segment:
+            continue
+        if _MARIAN_SPECIALS.fullmatch(segment):
+            pieces.append(segment)
+            continue
+        if segment.startswith(">>") and "<<" in segment:
+            end = segment.index("<<") + 2
+            pieces.append(segment[:end])
+            segment = segment[end:]
+        pieces.extend(sp.encode(segment, out_type=str))
+    return pieces
 
 
 class SpecialIds(Protocol):
@@ -60,7 +81,7 @@ class Tokenizer:
         if self.vocab is None:
             ids = self.source.encode(text, out_type=int)
         else:
-            ids = [self.vocab.get(p, self.unk_id) for p in self.source.encode(text, out_type=str)]
+            ids = [self.vocab.get(p, self.unk_id) for p in _vocab_pieces(self.source, text)]
         return [*ids, self.eos_id]
 
     def encode_target(self, text: str) -> list[int]:
@@ -68,7 +89,7 @@ class Tokenizer:
         if self.vocab is None:
             ids = self.target.encode(text, out_type=int)
         else:
-            ids = [self.vocab.get(p, self.unk_id) for p in self.target.encode(text, out_type=str)]
+            ids = [self.vocab.get(p, self.unk_id) for p in _vocab_pieces(self.target, text)]
         return [*ids, self.eos_id]
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -82,4 +103,6 @@ class Tokenizer:
                 kept.append(i)
         if self.id_to_piece is None:
             return self.target.decode(kept)
-        return self.target.decode_pieces([self.id_to_piece.get(i, "") for i in kept])
+        # As MarianTokenizer.decode(skip_special_tokens=True): unknowns dropped, result stripped.
+        pieces = [self.id_to_piece.get(i, "") for i in kept if i != self.unk_id]
+        return self.target.decode_pieces(pieces).replace("\u2581", " ").strip()

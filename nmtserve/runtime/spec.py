@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,6 +31,9 @@ class ModelSpec:
     length_penalty: float = 1.0
     max_length_a: float = 2.0
     max_length_b: int = 10
+    # TensorRT build choices of the export (nmtserve.export.engines reads them at container start).
+    fp16: bool = False
+    max_beam: int = 8  # widest beam the server accepts; the decoder profile's beam axis covers it
     tokenizer: dict = field(default_factory=dict)  # file names relative to the spec's folder
     hashes: dict = field(default_factory=dict)  # sha256 of the graphs, for stale-engine checks
 
@@ -43,3 +47,11 @@ class ModelSpec:
     @classmethod
     def load(cls, path: Path) -> ModelSpec:
         return cls(**json.loads(Path(path).read_text()))
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

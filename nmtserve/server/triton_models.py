@@ -187,8 +187,14 @@ class GenerateEngineModel:
         threads = int(params.get("intra_op_threads", "0")) or None
         self.max_beam = int(params.get("max_beam", "8"))
         backend = params.get("step_backend", "inprocess")
+        # ONNX Runtime execution providers in preference order ("CUDAExecutionProvider,CPUExecutionProvider" on GPU).
+        providers = [p.strip() for p in params.get("providers", "").split(",") if p.strip()] or None
         if backend == "inprocess":
-            runtime = OnnxModel(folder / "encoder.onnx", folder / "decoder.onnx", self.spec, threads=threads)
+            runtime = OnnxModel(folder / "encoder.onnx", folder / "decoder.onnx", self.spec, threads=threads,
+                                providers=providers)
+            if providers and runtime.decoder.get_providers()[0] != providers[0]:
+                log.warning("generate_engine: %s is unavailable here; running on %s", providers[0],
+                            runtime.decoder.get_providers())
         elif backend == "bls":
             runtime = BlsRuntime(self.spec)
         else:

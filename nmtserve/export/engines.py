@@ -1,0 +1,260 @@
+"""TensorRT plans for a GPU model repository, built when the container starts.
+
+``python -m nmtserve.export.engines --repository /models --cache /cache`` runs in
+``docker/entrypoint.sh`` before ``tritonserver``. Every graph model whose ``config.pbtxt`` asks for
+``platform: "tensorrt_plan"`` (``encoder`` and ``decoder`` of ``nmtserve export --target gpu``) gets
+a plan built from ``generate_engine/1/<model>.onnx`` by ``tensorrt.build_engine``, with the
+optimization profile and precision of the export (``generate_engine/1/model.json``). Plans live in
+the cache volume and are copied to ``<model>/1/model.plan``.
+
+A plan only runs on the GPU model and the TensorRT version that built it, so the cache has one
+folder per GPU and TensorRT version (a volume that moves between machines keeps what it built),
+and inside it ``build_engine`` rebuilds a plan whose ONNX, TensorRT, GPU or build options changed
+(its JSON sidecar) and keeps a current one. Torch-free: the GPU image has no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import logging
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import graphs
+from .tensorrt import (
+    BuildOptions,
+    TensorRTUnavailable,
+    build_engine,
+    file_sha256,
+    gpu_identity,
+    metadata_path,
+)
+
+log = logging.getLogger(__name__)
+
+ARTIFACTS = Path("generate_engine") / "1"  # where the export keeps the graphs and model.json
+SPEC_FILE = "model.json"
+PLAN_FILE = "model.plan"  # Triton's default file name for a tensorrt_plan model
+PRECISIONS = ("export", "fp16", "fp32")  # "export": what `nmtserve export [--fp16]` chose
+
+# The Triton model of each graph and the inputs its optimization profile covers.
+GRAPH_INPUTS: dict[str, Callable[[graphs.Dims], list[graphs.Tensor]]] = {
+    "encoder": lambda dims: graphs.encoder_inputs(),
+    "decoder": graphs.decoder_inputs,
+}
+_TENSORRT_PLATFORM = re.compile(r'^\s*platform\s*:\s*"tensorrt_plan"', re.MULTILINE)
+
+
+class EngineSetupError(RuntimeError):
+    """The repository or the cache cannot give Triton its plans; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class PlacedPlan:
+    model: str
+    cached: Path  # the plan in the cache volume
+    placed: Path  # <repository>/<model>/1/model.plan
+    built: bool  # built in this run (False: the cached plan was current)
+    copied: bool  # copied into the repository in this run (False: an identical copy was there)
+
+
+def tensorrt_models(repository: Path) -> list[str]:
+    """The graph models of ``repository`` whose config asks for a TensorRT plan."""
+    out = []
+    for model in GRAPH_INPUTS:
+        config = repository / model / "config.pbtxt"
+        if config.is_file() and _TENSORRT_PLATFORM.search(config.read_text(encoding="utf-8")):
+            out.append(model)
+    return out
+
+
+def read_spec(repository: Path) -> dict:
+    """``model.json`` as written by the export (read as JSON: fields added later need no code here)."""
+    path = repository / ARTIFACTS / SPEC_FILE
+    if not path.is_file():
+        raise EngineSetupError(
+            f"{path} is missing: {repository} holds no exported model. Export one on the host with "
+            "`nmtserve export CHECKPOINT --repository model_repository --target gpu`"
+        )
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise EngineSetupError(f"{path} is not valid JSON: {exc}") from exc
+
+
+def build_options(spec: dict, precision: str = "export", workspace_mb: int | None = None) -> BuildOptions:
+    """The profile (max batch, beam, source and target lengths) and precision of the export."""
+    if precision not in PRECISIONS:
+        raise EngineSetupError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    fp16 = bool(spec.get("fp16", False)) if precision == "export" else precision == "fp16"
+    # The beam axis must cover the widest beam the server accepts: the export serves max(8, beam_size).
+    max_beam = int(spec.get("max_beam", max(8, int(spec.get("beam_size", 4)))))
+    extra = {"workspace_mb": workspace_mb} if workspace_mb else {}
+    try:
+        return BuildOptions(max_batch=int(spec["max_batch"]), max_beam=max_beam,
+                            max_source_len=int(spec["max_source_len"]), max_target_len=int(spec["max_target_len"]),
+                            fp16=fp16, **extra)
+    except KeyError as exc:
+        raise EngineSetupError(f"{SPEC_FILE} lacks {exc.args[0]!r}; re-export the model with this nmtserve") from exc
+
+
+def spec_dims(spec: dict) -> graphs.Dims:
+    try:
+        return graphs.Dims(layers=int(spec["layers"]), heads=int(spec["heads"]), d_k=int(spec["d_k"]),
+                           vocab=int(spec["vocab"]))
+    except KeyError as exc:
+        raise EngineSetupError(f"{SPEC_FILE} lacks {exc.args[0]!r}; re-export the model with this nmtserve") from exc
+
+
+def environment_key() -> str:
+    """Cache folder name for the GPU present and the installed TensorRT, e.g. ``nvidia-h100-sm9.0-trt10.5.0``.
+
+    Never raises: where either is missing, the name says "unknown" and ``build_engine`` then
+    fails with the reason.
+    """
+    try:
+        gpu = gpu_identity()
+        gpu_part = f"{gpu['gpu']}-sm{gpu['compute_capability']}"
+    except (TensorRTUnavailable, subprocess.SubprocessError, OSError, ValueError):
+        gpu_part = "unknown-gpu"
+    try:
+        import tensorrt  # noqa: PLC0415 - only in the GPU image
+
+        trt_part = f"trt{tensorrt.__version__}"
+    except ImportError:
+        trt_part = "trt-unknown"
+    return re.sub(r"[^a-z0-9.]+", "-", f"{gpu_part}-{trt_part}".lower()).strip("-")
+
+
+def place_plan(plan: Path, destination: Path) -> bool:
+    """Copy ``plan`` and its metadata to ``destination`` unless an identical copy is there; True if copied.
+
+    A copy, not a symlink: the repository is a bind mount from the host, where a link into the
+    cache volume would dangle.
+    """
+    if destination.is_file() and destination.stat().st_size == plan.stat().st_size and \
+            file_sha256(destination) == file_sha256(plan):
+        return False
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    for src, dst in ((plan, destination), (metadata_path(plan), metadata_path(destination))):
+        if src.is_file():
+            tmp = dst.with_name(dst.name + ".tmp")
+            shutil.copyfile(src, tmp)
+            tmp.replace(dst)  # atomic: Triton never sees half a plan
+    return True
+
+
+@contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """One builder per cache folder at a time (replicas may share a volume)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextmanager
+def _heartbeat(what: str, every: float = 30.0) -> Iterator[None]:
+    """Log every ``every`` seconds while a build runs, so `docker compose logs` shows it is alive."""
+    done = threading.Event()
+    started = time.monotonic()
+
+    def beat() -> None:
+        while not done.wait(every):
+            log.info("%s: still working (%.0f s)", what, time.monotonic() - started)
+
+    thread = threading.Thread(target=beat, name="nmtserve-engines-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def prepare_plans(repository: Path, cache: Path, *, environment: str, precision: str = "export",
+                  workspace_mb: int | None = None, force: bool = False) -> list[PlacedPlan]:
+    """Build (or reuse) every plan ``repository`` asks for, in ``cache/<environment>``, and place it."""
+    repository, cache = Path(repository), Path(cache)
+    if not repository.is_dir():
+        raise EngineSetupError(f"model repository {repository} does not exist (is ./model_repository mounted?)")
+    spec = read_spec(repository)
+    models = tensorrt_models(repository)
+    if not models:
+        log.info("no model in %s asks for a TensorRT plan (exported with --target cpu?): nothing to build",
+                 repository)
+        return []
+    opts = build_options(spec, precision, workspace_mb)
+    dims = spec_dims(spec)
+    folder = cache / environment
+    log.info("TensorRT plans for %s in %s (%s, max batch %d, beam %d, source %d, target %d tokens)",
+             ", ".join(models), folder, "fp16" if opts.fp16 else "fp32", opts.max_batch, opts.max_beam,
+             opts.max_source_len, opts.max_target_len)
+    placed = []
+    with _locked(folder):
+        for model in models:
+            onnx_path = repository / ARTIFACTS / f"{model}.onnx"
+            if not onnx_path.is_file():
+                raise EngineSetupError(f"{onnx_path} is missing; re-export the model with --target gpu")
+            cached = folder / f"{model}.plan"
+            before = cached.stat().st_mtime_ns if cached.is_file() else None
+            with _heartbeat(f"{model} plan"):
+                build_engine(onnx_path, cached, GRAPH_INPUTS[model](dims), opts,
+                             timing_cache=folder / "timing.cache", force=force)
+            if not cached.is_file():
+                raise EngineSetupError(f"building the {model} plan left no file at {cached}")
+            built = before is None or cached.stat().st_mtime_ns != before
+            destination = repository / model / "1" / PLAN_FILE
+            copied = place_plan(cached, destination)
+            log.info("%s: %s plan %s -> %s", model, "built" if built else "reused", cached,
+                     destination if copied else f"{destination} (already in place)")
+            placed.append(PlacedPlan(model, cached, destination, built, copied))
+    return placed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m nmtserve.export.engines",
+        description="Build the TensorRT plans a GPU model repository asks for (at container start).",
+    )
+    parser.add_argument("--repository", type=Path, required=True, help="the Triton model repository (/models)")
+    parser.add_argument("--cache", type=Path, required=True, help="persistent folder for plans and timing caches")
+    parser.add_argument("--precision", choices=PRECISIONS, default="export",
+                        help="export: fp16 if the model was exported with --fp16 (default); fp16 / fp32: override")
+    parser.add_argument("--workspace-mb", type=int, default=None, help="TensorRT builder workspace limit")
+    parser.add_argument("--force", action="store_true", help="rebuild even when the cached plans are current")
+    args = parser.parse_args(argv)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                            format="%(asctime)s nmtserve-engines %(levelname)s %(message)s")
+    started = time.monotonic()
+    try:
+        plans = prepare_plans(args.repository, args.cache, environment=environment_key(), precision=args.precision,
+                              workspace_mb=args.workspace_mb, force=args.force)
+    except (EngineSetupError, TensorRTUnavailable) as exc:
+        log.error("%s", exc)
+        return 1
+    except Exception as exc:  # a failed TensorRT build: say so in the container log, then stop the start
+        log.exception("TensorRT plan build failed: %s", exc)
+        return 1
+    if plans:
+        log.info("plans ready in %.0f s: %s", time.monotonic() - started,
+                 ", ".join(f"{p.model} ({'built' if p.built else 'cached'})" for p in plans))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
