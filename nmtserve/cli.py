@@ -75,10 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train the demo model on a generated English->French corpus (CPU)")
     p.add_argument("--output", "-o", default="models/en-fr-numbers", help="checkpoint directory to write")
-    p.add_argument("--minutes", type=float, default=18.0, help="wall-clock training budget")
+    p.add_argument("--minutes", type=float, default=30.0, help="wall-clock cap on training")
     p.add_argument("--train-size", type=int, default=200_000, help="training pairs to generate")
     p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--max-steps", type=int, default=100_000, help="stop after this many optimizer steps")
+    p.add_argument("--max-steps", type=int, default=1900, help="optimizer steps (the demo: 1,861)")
     p.add_argument("--resume", action="store_true", help="continue the run saved in --output")
     p.add_argument("--no-eval", action="store_true", help="skip the test-set evaluation")
     p.set_defaults(func=_cmd_train)
