@@ -6,6 +6,7 @@ stage and the reason, and nothing in the repository is replaced until every chec
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import tempfile
@@ -38,8 +39,8 @@ class ExportOptions:
     target: str = "cpu"
     fp16: bool = False
     max_batch: int = 64
-    max_source_len: int = 256
-    max_target_len: int = 256
+    max_source_len: int | None = None  # None: min(256, the model's positions)
+    max_target_len: int | None = None  # None: min(256, the model's positions - 1)
     beam_size: int = 4
     parity_sentences: int = 50
     skip_parity: bool = False
@@ -105,6 +106,11 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
     except (CheckpointError, ValueError) as exc:
         raise ExportError(f"load: {exc}") from exc
     model, cfg = ckpt.model, ckpt.config
+    opts = dataclasses.replace(
+        opts,
+        max_source_len=opts.max_source_len or min(256, cfg.max_positions),
+        max_target_len=opts.max_target_len or min(256, cfg.max_positions - 1),
+    )
     if opts.max_target_len + 1 > cfg.max_positions:
         raise ExportError(f"--max-target-len {opts.max_target_len} exceeds the model's {cfg.max_positions} positions")
     if opts.max_source_len > cfg.max_positions:
