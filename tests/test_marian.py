@@ -478,3 +478,27 @@ def test_convert_marian_writes_an_equivalent_nmtserve_checkpoint(marian, corpus,
     with torch.no_grad():
         assert (ck.model(src, tgt_in) - ref).abs().max().item() <= 1e-4
     assert ck.tokenizer.encode(corpus[0][0]) == tok(corpus[0][0])["input_ids"]
+
+
+@pytest.mark.server
+def test_a_marian_directory_goes_through_export_serve_and_client(marian, corpus, tmp_path):
+    """No hand edits: the Marian directory as transformers saved it -> repository -> tritonserver."""
+    from nmtserve.client import Translator
+    from nmtserve.decoding.search import SearchOptions
+    from nmtserve.export.pipeline import ExportOptions, export
+    from nmtserve.model.marian import load_marian
+    from nmtserve.model.reference import translate
+    from nmtserve.server.launcher import ServerConfig, TritonServer, free_ports
+
+    d, _, _ = marian("swish-shared-tied")
+    repo = tmp_path / "repository"
+    export(d, ExportOptions(repository=repo, max_source_len=64, max_target_len=48, parity_sentences=8))
+    texts = [src for src, _ in corpus[:24]]
+    ckpt = load_marian(d)
+    options = SearchOptions(beam_size=4, max_length=48, max_length_a=2.0, max_length_b=10)
+    want = [n[0][0] for n in translate(ckpt.model, ckpt.tokenizer, texts, options)]
+    http, grpc, metrics = free_ports(3)
+    with TritonServer(ServerConfig(model_repository=repo, http_port=http, grpc_port=grpc, metrics_port=metrics)) as server:
+        server.wait_until_ready(120)
+        with Translator(server.urls.grpc_address) as client:
+            assert [t.text for t in client.translate(texts)] == want
