@@ -126,18 +126,23 @@ class _Finished:
 
 def _topk_desc(scores: np.ndarray, k: int) -> np.ndarray:
     """Indices of the k largest entries per row, best first; ties go to the lower index."""
-    k = min(k, scores.shape[1])
-    if k < scores.shape[1]:
-        part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-        # argpartition may cut through a tie at the boundary: widen to every entry >= the kth.
-        kth = np.take_along_axis(scores, part, axis=1).min(axis=1, keepdims=True)
-        idx = []
-        for row, threshold in zip(scores, kth[:, 0], strict=True):
-            cand = np.flatnonzero(row >= threshold)
-            order = np.lexsort((cand, -row[cand]))
-            idx.append(cand[order][:k])
-        return np.stack(idx)
-    return np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    n = scores.shape[1]
+    k = min(k, n)
+    if k == n:
+        return np.argsort(-scores, axis=1, kind="stable")
+    part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    part_scores = np.take_along_axis(scores, part, axis=1)
+    # Sort the k survivors by (score desc, index asc).
+    order = np.lexsort((part, -part_scores), axis=1)
+    top = np.take_along_axis(part, order, axis=1)
+    # argpartition may cut through a tie at the boundary (rare: equal float64 sums); redo such
+    # rows exactly so the lower index always wins.
+    kth = part_scores.min(axis=1, keepdims=True)
+    tied = np.flatnonzero((scores >= kth).sum(axis=1) > k)
+    for row in tied:
+        cand = np.flatnonzero(scores[row] >= kth[row, 0])
+        top[row] = cand[np.lexsort((cand, -scores[row, cand]))][:k]
+    return top
 
 
 class SentenceSearch:
