@@ -139,3 +139,15 @@ def test_cancelled_request_leaves_the_batch_and_frees_its_rows(tiny):
     engine.stop()
     assert "cancelled" in str(outcome["error"])
     assert len(engine.free_rows) == free_before
+
+
+def test_sequential_single_sentence_requests_never_see_a_previous_sentence(tiny):
+    """Regression: per-group cross-attention memory was cached by id() of sentence objects, which
+    Python reuses after a sentence finishes, so a new request could decode against old memory."""
+    model, onnx_model = tiny
+    engine = engine_for(onnx_model)
+    srcs = sources(40, model.config.src_vocab_size, seed=21)
+    opts = SearchOptions(beam_size=2, max_length=16)
+    got = [engine.translate([s], opts, timeout=30)[0] for s in srcs]
+    engine.stop()
+    assert tokens(got) == tokens(reference_decode(model, srcs, opts))

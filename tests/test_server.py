@@ -163,3 +163,9 @@ def test_encoder_and_decoder_models_are_served_for_custom_loops(grpc, demo_check
     key = out.as_numpy("memory_key.0")
     assert key.shape == (1, demo_checkpoint.config.h, demo_checkpoint.config.d_k, ids.shape[1])
     assert out.as_numpy(f"memory_value.{layers - 1}") is not None
+
+
+def test_sequential_one_sentence_requests_each_get_their_own_translation(grpc, reference):
+    """The pattern that once returned a previous request's translation (cached memory keyed by id())."""
+    texts, want, _ = reference
+    assert [infer(grpc, grpcclient, [t])[0][0] for t in texts[:30]] == want[:30]

@@ -19,6 +19,7 @@ Torch-free and Triton-free: the runtime is anything with ``spec``, ``encode(src_
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -73,6 +74,9 @@ class _Sentence:
     mem_k: list[np.ndarray]  # per layer (h, d_k, S)
     mem_v: list[np.ndarray]  # per layer (h, S, d_k)
     src_len: int
+    # Unique for the engine's lifetime: id() of a finished sentence is reused by new objects,
+    # so it must never key a cache.
+    uid: int = field(default_factory=itertools.count().__next__)
 
 
 class EngineStopped(RuntimeError):
@@ -238,7 +242,7 @@ class InflightBatcher:
 
     def _memory(self, group: list[_Sentence]) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
         """Stacked cross-attention K/V and source mask of a group; rebuilt only when it changes."""
-        key = tuple(id(s) for s in group)
+        key = tuple(s.uid for s in group)
         cached = self._memory_cache.get(key)
         if cached is not None:
             return cached
