@@ -44,7 +44,7 @@ class ExportOptions:
     beam_size: int = 4
     parity_sentences: int = 50
     skip_parity: bool = False
-    front_instances: int = 4
+    front_instances: int = 8
 
 
 @dataclass

@@ -38,7 +38,9 @@ _TRITON_TYPES = {"int32": "TYPE_INT32", "int64": "TYPE_INT64", "bool": "TYPE_BOO
 @dataclass(frozen=True)
 class RepositoryOptions:
     name: str = "translate"
-    front_instances: int = 4  # concurrent requests the non-decoupled front accepts
+    # Requests decoding at once: each occupies one instance of the non-decoupled front until its
+    # result is back (a ~40 MB process each). Later requests queue in Triton until one frees up.
+    front_instances: int = 8
     max_batch: int = 64  # sentences in the running decode batch
     max_beam: int = 8
     intra_op_threads: int = 0  # 0: ONNX Runtime's default (all cores)
