@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+# Reference decodes run beside a tritonserver on 2 cores: OpenMP workers that spin while waiting
+# made PyTorch ~10x slower under that load (bench/RESULTS.md). Must precede the torch import.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest
 
