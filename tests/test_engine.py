@@ -151,3 +151,13 @@ def test_sequential_single_sentence_requests_never_see_a_previous_sentence(tiny)
     got = [engine.translate([s], opts, timeout=30)[0] for s in srcs]
     engine.stop()
     assert tokens(got) == tokens(reference_decode(model, srcs, opts))
+
+
+def test_serving_modules_do_not_import_torch():
+    """Each Python-backend instance is its own process: torch would add ~200 MB to every one."""
+    import subprocess
+    import sys
+
+    code = ("import sys, nmtserve.server.triton_models, nmtserve.server.engine, nmtserve.runtime.onnxruntime; "
+            "sys.exit('torch' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
