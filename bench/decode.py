@@ -174,7 +174,7 @@ def torch_decoder(ckpt, options) -> Decoder:
 
 def ort_decoder(onnx_model, options) -> Decoder:
     from nmtserve.decoding.search import beam_search
-    from nmtserve.model.reference import pad_batch
+    from nmtserve.graphs import pad_batch
 
     spec = onnx_model.spec
 

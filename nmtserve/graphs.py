@@ -10,7 +10,10 @@ Integer inputs are int32 (what TensorRT prefers); masks are bool, True = real.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -73,3 +76,12 @@ def dynamic_axes(tensors: list[Tensor]) -> dict[str, dict[int, str]]:
 
 def resolve_dtype(t: Tensor, float_dtype: str = "float32") -> str:
     return float_dtype if t.dtype == "float" else t.dtype
+
+
+def pad_batch(batch: Sequence[Sequence[int]], pad_id: int, dtype: type = np.int64) -> np.ndarray:
+    """Right-pad id lists into a (B, S) array: the encoder's ``src_ids`` layout."""
+    width = max(len(ids) for ids in batch)
+    out = np.full((len(batch), width), pad_id, dtype=dtype)
+    for i, ids in enumerate(batch):
+        out[i, : len(ids)] = ids
+    return out

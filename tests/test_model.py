@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from nmtserve.decoding.search import SearchOptions
+from nmtserve.graphs import pad_batch
 from nmtserve.model.checkpoint import CheckpointError, load_state_dict_strict, state_dict_for_saving
 from nmtserve.model.config import ConfigError, TransformerConfig
-from nmtserve.model.reference import pad_batch, reference_decode
+from nmtserve.model.reference import reference_decode
 from nmtserve.model.transformer import Transformer, sinusoidal_positions
 
 VARIANTS = {

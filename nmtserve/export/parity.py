@@ -15,7 +15,8 @@ import numpy as np
 import torch
 
 from ..decoding.search import SearchOptions, beam_search
-from ..model.reference import TorchStepModel, pad_batch
+from ..graphs import pad_batch
+from ..model.reference import TorchStepModel
 from ..model.transformer import Transformer
 from ..runtime.onnxruntime import OnnxModel
 

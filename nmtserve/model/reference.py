@@ -12,17 +12,9 @@ import torch
 
 from ..decoding.cache import CacheIndex
 from ..decoding.search import Hypothesis, SearchOptions, beam_search
+from ..graphs import pad_batch
 from .tokenizer import Tokenizer
 from .transformer import Transformer
-
-
-def pad_batch(batch: Sequence[Sequence[int]], pad_id: int) -> np.ndarray:
-    """Right-pad id lists into an int64 (B, S) array."""
-    width = max(len(ids) for ids in batch)
-    out = np.full((len(batch), width), pad_id, dtype=np.int64)
-    for i, ids in enumerate(batch):
-        out[i, : len(ids)] = ids
-    return out
 
 
 class TorchStepModel:

@@ -23,10 +23,11 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..decoding.search import SearchOptions
+from ..graphs import pad_batch
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import TransformerConfig
 from .corpus import build_splits
-from .reference import pad_batch, translate
+from .reference import translate
 from .tokenizer import Tokenizer
 from .transformer import Transformer
 
