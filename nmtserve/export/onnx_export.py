@@ -11,7 +11,6 @@ from torch import Tensor, nn
 
 from .. import graphs
 from ..model.transformer import Transformer
-from ..runtime.spec import file_sha256  # noqa: F401 - re-exported for the export pipeline
 
 log = logging.getLogger(__name__)
 

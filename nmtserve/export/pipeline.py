@@ -19,9 +19,9 @@ import numpy as np
 from ..decoding.search import SearchOptions
 from ..model.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from ..runtime.onnxruntime import OnnxModel
-from ..runtime.spec import SPEC_FILE, ModelSpec
+from ..runtime.spec import SPEC_FILE, ModelSpec, file_sha256
 from .lint import lint_file
-from .onnx_export import dims_of, export_decoder, export_encoder, file_sha256
+from .onnx_export import dims_of, export_decoder, export_encoder
 from .parity import ParityReport, check_parity
 from .repository import RepositoryOptions, write_repository
 

@@ -31,6 +31,7 @@ from typing import Protocol
 import numpy as np
 
 from ..decoding.search import Hypothesis, SearchOptions, SentenceSearch, advance
+from ..graphs import pad_batch
 from ..runtime.spec import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -212,10 +213,7 @@ class InflightBatcher:
         if self.g + 1 >= self.pool_time:
             self._compact()
         sources = [r.sources[i] for r, i in admitted]
-        width = max(len(s) for s in sources)
-        src = np.full((len(sources), width), self.spec.pad_id, dtype=np.int32)
-        for row, ids in enumerate(sources):
-            src[row, : len(ids)] = ids
+        src = pad_batch(sources, self.spec.pad_id, np.int32)
         keys, values = self.runtime.encode(src)
         for row, (request, i) in enumerate(admitted):
             n = len(sources[row])
@@ -257,7 +255,6 @@ class InflightBatcher:
             for layer in range(spec.layers):
                 mem_k[layer][row, :, :, : s.src_len] = s.mem_k[layer]
                 mem_v[layer][row, :, : s.src_len] = s.mem_v[layer]
-        self._memory_cache = {k: v for k, v in self._memory_cache.items() if k != key}
         if len(self._memory_cache) > 8:
             self._memory_cache.clear()
         self._memory_cache[key] = (mem_k, mem_v, src_mask)

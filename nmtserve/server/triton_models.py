@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..decoding.search import SearchOptions
+from ..graphs import pad_batch
 from .protocol import (
     GENERATE_OUTPUTS,
     OPTION_INPUTS,
@@ -37,7 +38,6 @@ from .protocol import (
 )
 
 log = logging.getLogger("nmtserve.server")
-OPTION_NAMES = tuple(OPTION_INPUTS)
 
 try:  # only importable inside the Triton Python backend stub
     import triton_python_backend_utils as pb_utils
@@ -53,6 +53,11 @@ def _error(message: str, invalid: bool = True):
 def _input(request, name: str) -> np.ndarray | None:
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     return None if tensor is None else tensor.as_numpy()
+
+
+def _search_options(request, spec, max_beam: int) -> SearchOptions:
+    """The request's optional decoding inputs, validated (InputError names a bad one)."""
+    return parse_search_options({name: _input(request, name) for name in OPTION_INPUTS}, spec, max_beam)
 
 
 def _parameters(args: dict) -> tuple[dict, Path]:
@@ -95,10 +100,7 @@ class TokenizeModel:
                 ids.append(encoded)
         except InputError as exc:
             return pb_utils.InferenceResponse(error=_error(str(exc)))
-        width = max(len(x) for x in ids)
-        src = np.full((len(ids), width), self.spec.pad_id, dtype=np.int32)
-        for row, x in enumerate(ids):
-            src[row, : len(x)] = x
+        src = pad_batch(ids, self.spec.pad_id, np.int32)
         lengths = np.array([len(x) for x in ids], dtype=np.int32)
         return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("SRC_IDS", src), pb_utils.Tensor("SRC_LEN", lengths)])
 
@@ -148,7 +150,7 @@ class GenerateModel:
 
     async def _forward(self, request):
         try:  # validate here: errors crossing the decoupled BLS hop lose their status code
-            parse_search_options({name: _input(request, name) for name in OPTION_NAMES}, self.spec, self.max_beam)
+            _search_options(request, self.spec, self.max_beam)
         except InputError as exc:
             return pb_utils.InferenceResponse(error=_error(str(exc)))
         bls = pb_utils.InferenceRequest(
@@ -243,7 +245,7 @@ class GenerateEngineModel:
         src, lengths = _input(request, "SRC_IDS"), _input(request, "SRC_LEN")
         if src is None or lengths is None or src.ndim != 2 or lengths.shape != (src.shape[0],):
             raise InputError("SRC_IDS [n, S] and SRC_LEN [n] are required")
-        options = parse_search_options({name: _input(request, name) for name in OPTION_NAMES}, self.spec, self.max_beam)
+        options = _search_options(request, self.spec, self.max_beam)
         return src, lengths, options
 
     def finalize(self) -> None:
