@@ -62,9 +62,8 @@ def own_cpu_seconds() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def process_cpu_seconds() -> dict[int, tuple[float, str]]:
-    """pid -> (utime + stime in seconds, command name) of every live process."""
-    out = {}
+def proc_stats():
+    """(pid, command name, process group, utime + stime seconds) of every live process."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -73,9 +72,22 @@ def process_cpu_seconds() -> dict[int, tuple[float, str]]:
         except OSError:
             continue
         name = text[text.index("(") + 1 : text.rindex(")")]
-        fields = text[text.rindex(")") + 2 :].split()
-        out[int(entry)] = ((int(fields[11]) + int(fields[12])) / _TICKS, name)
-    return out
+        fields = text[text.rindex(")") + 2 :].split()  # fields[0] is state; [2] pgrp; [11], [12] times
+        yield int(entry), name, int(fields[2]), (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def process_cpu_seconds() -> dict[int, tuple[float, str]]:
+    """pid -> (utime + stime in seconds, command name) of every live process."""
+    return {pid: (cpu, name) for pid, name, _, cpu in proc_stats()}
+
+
+def process_group_cpu_seconds(pgid: int) -> float:
+    """utime + stime of every live process in a process group (tritonserver and its stubs)."""
+    return sum(cpu for _, _, group, cpu in proc_stats() if group == pgid)
+
+
+def process_group_pids(pgid: int) -> set[int]:
+    return {pid for pid, _, group, _ in proc_stats() if group == pgid}
 
 
 class OtherLoad:

@@ -21,7 +21,6 @@ import asyncio
 import itertools
 import json
 import logging
-import os
 import re
 import shutil
 import sys
@@ -45,6 +44,8 @@ from _common import (  # noqa: E402
     markdown_table,
     own_cpu_seconds,
     percentile,
+    process_group_cpu_seconds,
+    process_group_pids,
     reference_cache_path,
     search_options,
     versions,
@@ -52,7 +53,6 @@ from _common import (  # noqa: E402
 )
 
 log = logging.getLogger("bench.serve")
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def reference_translations(checkpoint: Path, texts: list[str]) -> list[str]:
@@ -79,35 +79,6 @@ def reference_translations(checkpoint: Path, texts: list[str]) -> list[str]:
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps({"texts": texts, "tokens": tokens, "translations": translations}))
     return translations
-
-
-def process_group_cpu_seconds(pgid: int) -> float:
-    """utime + stime of every live process in a process group (tritonserver and its stubs)."""
-    total = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            text = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2 :].split()
-        if int(fields[2]) == pgid:  # fields[0] is state; pgrp is the 5th field of stat
-            total += int(fields[11]) + int(fields[12])
-    return total / CLOCK_TICKS
-
-
-def process_group_pids(pgid: int) -> set[int]:
-    pids = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                text = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(text[text.rindex(")") + 2 :].split()[2]) == pgid:
-                pids.add(int(entry))
-    return pids
 
 
 def _request(texts: list[str]):
