@@ -74,6 +74,14 @@ def dynamic_axes(tensors: list[Tensor]) -> dict[str, dict[int, str]]:
     return {t.name: {i: a for i, a in enumerate(t.axes) if isinstance(a, str)} for t in tensors}
 
 
+def shape_of(t: Tensor, sizes: dict[str, int]) -> tuple[int, ...]:
+    """Concrete shape of ``t`` given the size of each symbolic axis it uses."""
+    try:
+        return tuple(sizes[a] if isinstance(a, str) else a for a in t.axes)
+    except KeyError as exc:
+        raise ValueError(f"{t.name}: no size given for axis {exc.args[0]!r}") from None
+
+
 def resolve_dtype(t: Tensor, float_dtype: str = "float32") -> str:
     return float_dtype if t.dtype == "float" else t.dtype
 

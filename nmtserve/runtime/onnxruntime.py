@@ -15,6 +15,7 @@ import onnxruntime as ort
 
 from .. import graphs
 from ..decoding.cache import CacheIndex
+from .arrays import HOST, ArrayBackend
 from .spec import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -101,3 +102,56 @@ class OnnxStepModel:
             self.past_keys[i][t, write_rows] = out[1 + i].reshape(-1, *out[1 + i].shape[2:])
             self.past_values[i][t, write_rows] = out[1 + n + i].reshape(-1, *out[1 + n + i].shape[2:])
         return out[0]
+
+
+class OnnxBoundModel(OnnxModel):
+    """The graphs with every input and output bound by address (ONNX Runtime I/O binding).
+
+    The engine's arrays are read and written where they live: with ``CupyArrays`` the session
+    runs on the CUDA execution provider, on the backend's stream, and the cache pool and
+    cross-attention memory never leave the GPU; host-side feeds (the small per-step tables) are
+    uploaded, and only ``log_probs`` comes back to the host. With ``HOST`` it is the same code
+    on the CPU provider (what the tests run).
+    """
+
+    def __init__(self, encoder: Path, decoder: Path, spec: ModelSpec, arrays: ArrayBackend = HOST,
+                 threads: int | None = None):
+        if arrays.device_type == "cuda":  # pragma: no cover - needs CUDA
+            cuda = {"device_id": str(arrays.device_id), "user_compute_stream": str(arrays.stream_handle())}
+            providers: list = [("CUDAExecutionProvider", cuda), "CPUExecutionProvider"]
+        else:
+            providers = ["CPUExecutionProvider"]
+        super().__init__(encoder, decoder, spec, threads=threads, providers=providers)
+        if arrays.device_type == "cuda" and self.decoder.get_providers()[0] != "CUDAExecutionProvider":
+            raise RuntimeError(f"ONNX Runtime cannot run on CUDA here (providers: {self.decoder.get_providers()});"
+                               " install onnxruntime-gpu matching the CUDA version")
+        self.arrays = arrays
+        dims = spec.dims
+        self._enc_tensors = graphs.encoder_outputs(dims)
+        self._dec_tensors = graphs.decoder_outputs(dims)
+
+    def _run(self, session: ort.InferenceSession, feeds: dict, outputs: list[graphs.Tensor], sizes: dict[str, int]) -> list:
+        arrays = self.arrays
+        binding = session.io_binding()
+        bound = []  # keep every bound array alive until the run is over
+        for name, value in feeds.items():
+            value = arrays.ascontiguous(value) if arrays.is_device(value) else arrays.asarray(value)
+            bound.append(value)
+            binding.bind_input(name, arrays.device_type, arrays.device_id, value.dtype, value.shape, arrays.pointer(value))
+        results = []
+        for t in outputs:
+            out = arrays.empty(graphs.shape_of(t, sizes), graphs.resolve_dtype(t, np.dtype(self._float).name))
+            binding.bind_output(t.name, arrays.device_type, arrays.device_id, out.dtype, out.shape, arrays.pointer(out))
+            results.append(out)
+        session.run_with_iobinding(binding)
+        return results
+
+    def encode(self, src_ids: np.ndarray) -> tuple[list, list]:
+        src = np.ascontiguousarray(src_ids, dtype=np.int32)
+        out = self._run(self.encoder, {"src_ids": src}, self._enc_tensors, {"batch": src.shape[0], "src_len": src.shape[1]})
+        return out[0::2], out[1::2]
+
+    def run_step(self, feeds: dict) -> list:
+        batch, beam = feeds["input_ids"].shape
+        out = self._run(self.decoder, feeds, self._dec_tensors, {"batch": batch, "beam": beam})
+        return [self.arrays.asnumpy(out[0]), *out[1:]]

@@ -13,8 +13,15 @@ which row holds each hypothesis' ancestor at each of its local times (cache indi
 contiguous slice) and a mask of each sentence's own times inside it. When ``g`` reaches the end
 of the pool, the live window is copied to the front (once per ~``T_pool / 2`` steps).
 
+The pool and the cross-attention memory live in the runtime's ``arrays`` backend
+(``nmtserve.runtime.arrays``): NumPy for the CPU runtimes, CuPy on a GPU, where they never leave
+the device. A step hands the runtime small host tables (ids, positions, ``cache_rows``, masks)
+and gets back host log-probabilities for the search and device K/V, which it scatters into the
+pool on the device.
+
 Torch-free and Triton-free: the runtime is anything with ``spec``, ``encode(src_ids)`` and
-``run_step(feeds)`` (``OnnxModel`` in-process, or BLS calls to the ``decoder`` model).
+``run_step(feeds)`` (``OnnxModel`` in-process, ``TensorRTModel`` on a GPU, or BLS calls to the
+``decoder`` model).
 """
 
 from __future__ import annotations
@@ -32,17 +39,22 @@ import numpy as np
 
 from ..decoding.search import Hypothesis, SearchOptions, SentenceSearch, advance
 from ..graphs import pad_batch
+from ..runtime.arrays import HOST, ArrayBackend
 from ..runtime.spec import ModelSpec
 
 log = logging.getLogger(__name__)
 
 
 class StepRuntime(Protocol):
+    """``encode`` returns per-layer memory K/V in the runtime's arrays (``arrays``; NumPy when the
+    runtime has none). ``run_step`` takes host or backend arrays and returns ``log_probs`` as a host
+    array followed by the new K/V per layer in backend arrays (``nmtserve.graphs`` order)."""
+
     spec: ModelSpec
 
-    def encode(self, src_ids: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]: ...
+    def encode(self, src_ids: np.ndarray) -> tuple[list, list]: ...
 
-    def run_step(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]: ...
+    def run_step(self, feeds: dict) -> list: ...
 
 
 Callback = Callable[[list[list[Hypothesis]] | None, BaseException | None], None]
@@ -72,8 +84,8 @@ class _Sentence:
     rows: np.ndarray  # (K,) cache rows this sentence writes
     start: int  # global time of its first step
     table: np.ndarray  # (K, max_len) ancestor row at each local time
-    mem_k: list[np.ndarray]  # per layer (h, d_k, S)
-    mem_v: list[np.ndarray]  # per layer (h, S, d_k)
+    mem_k: list  # per layer (h, d_k, S), backend arrays
+    mem_v: list  # per layer (h, S, d_k)
     src_len: int
     # Unique for the engine's lifetime: id() of a finished sentence is reused by new objects,
     # so it must never key a cache.
@@ -99,9 +111,11 @@ class InflightBatcher:
         # Rows for max_sentences at the served default beam; wider beams admit fewer at once.
         rows = self.max_sentences * max(1, min(max_beam, spec.beam_size))
         self._float = getattr(runtime, "_float", np.float32)
+        self.arrays: ArrayBackend = getattr(runtime, "arrays", HOST)
         shape = (self.pool_time, rows, spec.heads, spec.d_k)
-        self.past_keys = [np.zeros(shape, self._float) for _ in range(spec.layers)]
-        self.past_values = [np.zeros(shape, self._float) for _ in range(spec.layers)]
+        self.arrays.activate()
+        self.past_keys = [self.arrays.zeros(shape, self._float) for _ in range(spec.layers)]
+        self.past_values = [self.arrays.zeros(shape, self._float) for _ in range(spec.layers)]
         self.free_rows: deque[int] = deque(range(rows))
         self.g = 0  # global time of the next step
         self.active: list[_Sentence] = []
@@ -158,6 +172,7 @@ class InflightBatcher:
 
     # ---- the loop -----------------------------------------------------------------
     def _loop(self) -> None:
+        self.arrays.activate()  # CUDA device and stream are per thread
         while True:
             with self._cond:
                 while not self._stopping and not self.pending and not self.active:
@@ -233,13 +248,14 @@ class InflightBatcher:
             raise RuntimeError("decoder cache pool exhausted")
         span = self.g - lo
         for buf in (*self.past_keys, *self.past_values):
-            buf[:span] = buf[lo : self.g].copy()
+            buf[:span] = buf[lo : self.g].copy()  # on the backend's device
         for s in self.active:
             s.start -= lo
         self.g = span
 
-    def _memory(self, group: list[_Sentence]) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
-        """Stacked cross-attention K/V and source mask of a group; rebuilt only when it changes."""
+    def _memory(self, group: list[_Sentence]) -> tuple[list, list, np.ndarray]:
+        """Stacked cross-attention K/V (backend arrays) and host source mask of a group; rebuilt
+        only when the group changes."""
         key = tuple(s.uid for s in group)
         cached = self._memory_cache.get(key)
         if cached is not None:
@@ -247,8 +263,8 @@ class InflightBatcher:
         width = max(s.src_len for s in group)
         spec = self.spec
         b = len(group)
-        mem_k = [np.zeros((b, spec.heads, spec.d_k, width), self._float) for _ in range(spec.layers)]
-        mem_v = [np.zeros((b, spec.heads, width, spec.d_k), self._float) for _ in range(spec.layers)]
+        mem_k = [self.arrays.zeros((b, spec.heads, spec.d_k, width), self._float) for _ in range(spec.layers)]
+        mem_v = [self.arrays.zeros((b, spec.heads, width, spec.d_k), self._float) for _ in range(spec.layers)]
         src_mask = np.zeros((b, width), dtype=bool)
         for row, s in enumerate(group):
             src_mask[row, : s.src_len] = True
@@ -312,9 +328,9 @@ class InflightBatcher:
                 feeds[f"memory_key.{i}"] = mem_k[i]
                 feeds[f"memory_value.{i}"] = mem_v[i]
             out = self.runtime.run_step(feeds)
-            write_rows = np.concatenate([s.rows for s in group])
+            write_rows = self.arrays.asarray(np.concatenate([s.rows for s in group]))
             n = self.spec.layers
-            for i in range(n):
+            for i in range(n):  # scattered into the pool where it lives (on the GPU: a device kernel)
                 self.past_keys[i][g, write_rows] = out[1 + i].reshape(-1, *out[1 + i].shape[2:])
                 self.past_values[i][g, write_rows] = out[1 + n + i].reshape(-1, *out[1 + n + i].shape[2:])
             for s in group:
