@@ -175,9 +175,18 @@ def test_gpu_image_modules_import_without_tensorrt_or_torch():
         "import sys\n"
         "sys.modules['torch'] = None\n"  # None in sys.modules makes `import torch` fail
         "sys.modules['tensorrt'] = None\n"
+        "sys.modules['cupy'] = None\n"
         "import nmtserve.export.engines, nmtserve.export.tensorrt, nmtserve.export.repository\n"
         "import nmtserve.server.triton_models, nmtserve.server.engine, nmtserve.runtime.onnxruntime\n"
+        "import nmtserve.runtime.tensorrt, nmtserve.runtime.arrays\n"
         "assert nmtserve.export.engines.environment_key().endswith('trt-unknown')\n"
+        "from nmtserve.runtime.tensorrt import TensorRTModel, TensorRTRuntimeError\n"
+        "try:\n"
+        "    TensorRTModel('e.plan', 'd.plan', None)\n"
+        "except TensorRTRuntimeError as exc:\n"
+        "    assert 'TensorRT is not installed' in str(exc), exc\n"
+        "else:\n"
+        "    raise AssertionError('no error without TensorRT')\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 0, result.stderr
@@ -208,12 +217,38 @@ def test_gpu_target_writes_tensorrt_plan_configs_with_the_graph_contract(model, 
         ]
 
 
-def test_gpu_target_runs_generate_engine_on_the_cuda_execution_provider():
+def _params(config: str) -> dict[str, str]:
+    return dict(re.findall(r'parameters \{ key: "([^"]+)" value: \{ string_value: "([^"]*)" \} \}', config))
+
+
+def test_gpu_target_runs_generate_engine_on_the_tensorrt_plans_one_instance_per_gpu(tmp_path):
     gpu = model_configs(DIMS, RepositoryOptions(target="gpu"))["generate_engine"][0]
+    params = _params(gpu)
+    assert params["step_backend"] == "tensorrt" and "kind: KIND_GPU" in gpu
+    # The plan parameters are relative to generate_engine/1 and name the plans the container places.
+    version_dir = tmp_path / "generate_engine" / "1"
+    for model in ("encoder", "decoder"):
+        assert (version_dir / params[f"{model}_plan"]).resolve() == (tmp_path / model / "1" / engines.PLAN_FILE)
+
+
+def test_cpu_target_runs_generate_engine_in_process_on_the_cpu():
     cpu = model_configs(DIMS, RepositoryOptions(target="cpu"))["generate_engine"][0]
-    param = 'parameters { key: "providers" value: { string_value: "%s" } }'
-    assert param % "CUDAExecutionProvider,CPUExecutionProvider" in gpu
-    assert param % "CPUExecutionProvider" in cpu
+    params = _params(cpu)
+    assert params["step_backend"] == "inprocess" and "kind: KIND_CPU" in cpu
+    assert "encoder_plan" not in params
+
+
+def test_gpu_target_can_run_generate_engine_on_onnx_runtime_cuda_instead():
+    config = model_configs(DIMS, RepositoryOptions(target="gpu", step_backend="onnxruntime-cuda"))["generate_engine"][0]
+    assert _params(config)["step_backend"] == "onnxruntime-cuda" and "kind: KIND_GPU" in config
+
+
+@pytest.mark.parametrize("target, backend, message", [
+    ("cpu", "tensorrt", "needs a GPU"), ("cpu", "onnxruntime-cuda", "needs a GPU"), ("gpu", "cuda", "one of"),
+])
+def test_step_backend_is_checked_against_the_target(target, backend, message):
+    with pytest.raises(ValueError, match=message):
+        RepositoryOptions(target=target, step_backend=backend)
 
 
 def test_cpu_target_keeps_the_graphs_in_onnx_runtime_python_models():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import shutil
@@ -10,9 +11,11 @@ import pytest
 
 from nmtserve import graphs
 from nmtserve.export.tensorrt import BuildOptions, metadata_path, plan_is_current, profile_shapes
+from nmtserve.runtime.tensorrt import TensorRTRuntimeError, check_io
 
 DIMS = graphs.Dims(layers=2, heads=4, d_k=8, vocab=100)
 HAS_TRT = importlib.util.find_spec("tensorrt") is not None and shutil.which("nvidia-smi") is not None
+HAS_CUPY = importlib.util.find_spec("cupy") is not None
 
 
 def test_profiles_cover_every_decoder_input_with_ordered_shapes():
@@ -56,3 +59,57 @@ def test_build_tiny_engines(tmp_path):  # pragma: no cover - GPU only
     opts = BuildOptions(max_batch=4, max_beam=2, max_source_len=16, max_target_len=16, fp16=True)
     plan = build_engine(onnx_path, tmp_path / "decoder.plan", graphs.decoder_inputs(dims_of(model)), opts)
     assert plan.stat().st_size > 0 and plan_is_current(plan, json.loads(metadata_path(plan).read_text()))[0]
+
+
+def _io(tensors, float_dtype="float32"):
+    return {t.name: (graphs.resolve_dtype(t, float_dtype), len(t.axes)) for t in tensors}
+
+
+def test_a_plan_matching_the_contract_is_accepted():
+    tensors = graphs.decoder_inputs(DIMS) + graphs.decoder_outputs(DIMS)
+    check_io("decoder.plan", _io(tensors), tensors, "float32")
+    check_io("decoder.plan", _io(tensors, "float16"), tensors, "float16")
+
+
+def test_a_plan_from_another_export_is_refused_with_every_difference_named():
+    tensors = graphs.decoder_inputs(DIMS) + graphs.decoder_outputs(DIMS)
+    found = _io(tensors)
+    del found["past_key.1"]
+    found["cache_rows"] = ("int64", 3)
+    found["src_mask"] = ("bool", 3)
+    found["past_key.2"] = ("float32", 4)  # a deeper model
+    with pytest.raises(TensorRTRuntimeError) as err:
+        check_io("decoder.plan", found, tensors, "float32")
+    message = str(err.value)
+    for part in ("missing tensor past_key.1", "cache_rows is int64, expected int32", "src_mask has rank 3",
+                 "unexpected tensors past_key.2", "Rebuild the plans"):
+        assert part in message
+
+
+@pytest.mark.tensorrt
+@pytest.mark.skipif(not (HAS_TRT and HAS_CUPY), reason="needs TensorRT, CuPy and an NVIDIA GPU")
+def test_inflight_engine_on_tensorrt_plans_equals_the_reference(tmp_path):  # pragma: no cover - GPU only
+    """generate's GPU path: plans built by our builder, cache pool on the device, same tokens as PyTorch."""
+    from test_export_parity import build, sources
+
+    from nmtserve.decoding.search import SearchOptions
+    from nmtserve.export.tensorrt import build_engine
+    from nmtserve.model.reference import reference_decode
+    from nmtserve.runtime.tensorrt import TensorRTModel
+    from nmtserve.server.engine import InflightBatcher
+
+    model, onnx_model = build(tmp_path)
+    dims = onnx_model.spec.dims
+    opts = BuildOptions(max_batch=8, max_beam=4, max_source_len=32, max_target_len=40)
+    encoder = build_engine(tmp_path / "encoder.onnx", tmp_path / "encoder.plan", graphs.encoder_inputs(), opts)
+    decoder = build_engine(tmp_path / "decoder.onnx", tmp_path / "decoder.plan", graphs.decoder_inputs(dims), opts)
+    spec = dataclasses.replace(onnx_model.spec, max_batch=8, max_target_len=40, max_source_len=32)
+    runtime = TensorRTModel(encoder, decoder, spec)
+    engine = InflightBatcher(runtime, max_sentences=8, max_beam=4, pool_slack=8).start()
+    search = SearchOptions(beam_size=3, max_length=30, max_length_a=1.5, max_length_b=3, num_hypotheses=2)
+    srcs = sources(40, model.config.src_vocab_size, seed=3)
+    got = engine.translate(srcs, search, timeout=300)
+    engine.stop()
+    assert runtime.arrays.is_device(engine.past_keys[0])
+    want = reference_decode(model, srcs, search)
+    assert [[h.tokens for h in r] for r in got] == [[h.tokens for h in r] for r in want]

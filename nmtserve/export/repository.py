@@ -12,7 +12,8 @@ Layout (``--name translate``)::
 
 ``target="gpu"`` writes ``encoder`` / ``decoder`` as TensorRT models (``platform: "tensorrt_plan"``)
 whose ``1/model.plan`` is built for the GPU present when the container starts
-(``nmtserve.export.engines``), and ``generate_engine`` runs ONNX Runtime's CUDA execution provider.
+(``nmtserve.export.engines``), and ``generate_engine`` runs those same plans itself
+(``step_backend: tensorrt``, one instance per GPU) with its cache pool on the GPU.
 
 Every model.py is a one-line hand-over to ``nmtserve.server.triton_models``; artifacts live
 once, in ``generate_engine/1``, and the other models point at them with an ``artifacts``
@@ -26,11 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import graphs
-from ..server.protocol import OPTION_INPUTS
+from ..server.protocol import OPTION_INPUTS, STEP_BACKENDS
 
 ARTIFACTS_MODEL = "generate_engine"
-# ONNX Runtime execution providers of generate_engine per target, in preference order.
-TARGET_PROVIDERS = {"cpu": "CPUExecutionProvider", "gpu": "CUDAExecutionProvider,CPUExecutionProvider"}
+TARGETS = ("cpu", "gpu")
+DEFAULT_STEP_BACKEND = {"cpu": "inprocess", "gpu": "tensorrt"}
+# generate_engine's plans on the gpu target: the ones Triton's TensorRT backend serves as encoder/decoder.
+PLAN_PARAMS = {"encoder_plan": "../../encoder/1/model.plan", "decoder_plan": "../../decoder/1/model.plan"}
 _TRITON_TYPES = {"int32": "TYPE_INT32", "int64": "TYPE_INT64", "bool": "TYPE_BOOL", "float32": "TYPE_FP32",
                  "float16": "TYPE_FP16"}
 
@@ -44,14 +47,20 @@ class RepositoryOptions:
     max_batch: int = 64  # sentences in the running decode batch
     max_beam: int = 8
     intra_op_threads: int = 0  # 0: ONNX Runtime's default (all cores)
-    # "inprocess": generate_engine runs ONNX Runtime itself (the default: measured faster);
-    # "bls": it calls the encoder/decoder models through BLS.
-    step_backend: str = "inprocess"
-    target: str = "cpu"  # "gpu": TensorRT encoder/decoder models, CUDA ONNX Runtime in generate_engine
+    # How generate_engine runs the graphs (nmtserve.server.protocol.STEP_BACKENDS); None: the
+    # target's default ("inprocess" ONNX Runtime on cpu, measured faster than "bls"; "tensorrt" on gpu).
+    step_backend: str | None = None
+    target: str = "cpu"  # "gpu": TensorRT encoder/decoder models, and generate_engine on those plans
 
     def __post_init__(self) -> None:
-        if self.target not in TARGET_PROVIDERS:
-            raise ValueError(f"target must be one of {sorted(TARGET_PROVIDERS)}, got {self.target!r}")
+        if self.target not in TARGETS:
+            raise ValueError(f"target must be one of {', '.join(TARGETS)}, got {self.target!r}")
+        if self.step_backend is None:
+            object.__setattr__(self, "step_backend", DEFAULT_STEP_BACKEND[self.target])
+        if self.step_backend not in STEP_BACKENDS:
+            raise ValueError(f"step_backend must be one of {', '.join(STEP_BACKENDS)}, got {self.step_backend!r}")
+        if self.target == "cpu" and self.step_backend in ("tensorrt", "onnxruntime-cuda"):
+            raise ValueError(f"step_backend {self.step_backend!r} needs a GPU: use it with target 'gpu'")
 
 
 def _tensor(name: str, dtype: str, dims: list[int], optional: bool = False) -> str:
@@ -70,10 +79,10 @@ def _params(params: dict[str, str]) -> str:
 
 
 def _python_model(name: str, inputs: list[str], outputs: list[str], *, params: dict[str, str] | None = None,
-                  instances: int = 1, decoupled: bool = False) -> str:
+                  instances: int = 1, decoupled: bool = False, kind: str = "KIND_CPU") -> str:
     text = f'name: "{name}"\nbackend: "python"\nmax_batch_size: 0\n'
     text += _io("input", inputs) + _io("output", outputs)
-    text += f"instance_group [ {{ count: {instances} kind: KIND_CPU }} ]\n"
+    text += f"instance_group [ {{ count: {instances} kind: {kind} }} ]\n"
     if decoupled:
         text += "model_transaction_policy { decoupled: true }\n"
     return text + _params(params or {})
@@ -131,6 +140,12 @@ def model_configs(dims: graphs.Dims, opts: RepositoryOptions) -> dict[str, tuple
         "encoder": (_graph_tensors(graphs.encoder_inputs()), _graph_tensors(graphs.encoder_outputs(dims))),
         "decoder": (_graph_tensors(graphs.decoder_inputs(dims)), _graph_tensors(graphs.decoder_outputs(dims))),
     }
+    engine_params = {"artifacts": ".", "max_batch": str(opts.max_batch), "max_beam": str(opts.max_beam),
+                     "intra_op_threads": str(opts.intra_op_threads), "step_backend": opts.step_backend}
+    # The engine's device: a GPU backend gets one instance per GPU (Triton passes the device id).
+    engine_kind = "KIND_GPU" if opts.step_backend in ("tensorrt", "onnxruntime-cuda") else "KIND_CPU"
+    if opts.step_backend == "tensorrt":
+        engine_params.update(PLAN_PARAMS)
     if opts.target == "gpu":
         graph_models = {name: (_tensorrt_model(name, *io), None) for name, io in graph_io.items()}
     else:
@@ -147,12 +162,7 @@ def model_configs(dims: graphs.Dims, opts: RepositoryOptions) -> dict[str, tuple
                                    params={**art, "engine_model": ARTIFACTS_MODEL,
                                            "max_beam": str(opts.max_beam)}), "GenerateModel"),
         ARTIFACTS_MODEL: (_python_model(ARTIFACTS_MODEL, _GENERATE_IN, _GENERATE_OUT, decoupled=True,
-                                        params={"artifacts": ".", "max_batch": str(opts.max_batch),
-                                                "max_beam": str(opts.max_beam),
-                                                "intra_op_threads": str(opts.intra_op_threads),
-                                                "step_backend": opts.step_backend,
-                                                "providers": TARGET_PROVIDERS[opts.target]}),
-                          "GenerateEngineModel"),
+                                        params=engine_params, kind=engine_kind), "GenerateEngineModel"),
         "detokenize": (_python_model("detokenize", _GENERATE_OUT, _FINAL_OUT, params=art), "DetokenizeModel"),
         **graph_models,
     }

@@ -31,6 +31,7 @@ from ..graphs import pad_batch
 from .protocol import (
     GENERATE_OUTPUTS,
     OPTION_INPUTS,
+    STEP_BACKENDS,
     InputError,
     decode_texts,
     parse_search_options,
@@ -179,31 +180,17 @@ class GenerateEngineModel:
     """Decoupled model owning the ONNX Runtime sessions, the KV cache and the in-flight batcher."""
 
     def initialize(self, args: dict) -> None:
-        from ..runtime.onnxruntime import OnnxModel
         from ..runtime.spec import SPEC_FILE, ModelSpec
         from .engine import InflightBatcher
 
         params, version_dir = _parameters(args)
         folder = _artifacts(params, version_dir)
         self.spec = ModelSpec.load(folder / SPEC_FILE)
-        threads = int(params.get("intra_op_threads", "0")) or None
         self.max_beam = int(params.get("max_beam", "8"))
-        backend = params.get("step_backend", "inprocess")
-        # ONNX Runtime execution providers in preference order ("CUDAExecutionProvider,CPUExecutionProvider" on GPU).
-        providers = [p.strip() for p in params.get("providers", "").split(",") if p.strip()] or None
-        if backend == "inprocess":
-            runtime = OnnxModel(folder / "encoder.onnx", folder / "decoder.onnx", self.spec, threads=threads,
-                                providers=providers)
-            if providers and runtime.decoder.get_providers()[0] != providers[0]:
-                log.warning("generate_engine: %s is unavailable here; running on %s", providers[0],
-                            runtime.decoder.get_providers())
-        elif backend == "bls":
-            runtime = BlsRuntime(self.spec)
-        else:
-            raise ValueError(f"generate_engine: step_backend must be 'inprocess' or 'bls', got {backend!r}")
+        runtime = _step_runtime(params, version_dir, folder, self.spec, device_id=int(args.get("model_instance_device_id") or 0))
         self.engine = InflightBatcher(runtime, max_sentences=int(params.get("max_batch", self.spec.max_batch)),
                                       max_beam=self.max_beam).start()
-        log.info("generate_engine ready: %s", self.spec)
+        log.info("generate_engine ready (%s): %s", params.get("step_backend", "inprocess"), self.spec)
 
     async def execute(self, requests: list) -> None:
         await asyncio.gather(*(self._handle(r) for r in requests))
@@ -250,6 +237,36 @@ class GenerateEngineModel:
 
     def finalize(self) -> None:
         self.engine.stop()
+
+
+def _step_runtime(params: dict, version_dir: Path, folder: Path, spec, device_id: int = 0):
+    """The engine's runtime for its ``step_backend`` parameter (``protocol.STEP_BACKENDS``)."""
+    backend = params.get("step_backend", "inprocess")
+    threads = int(params.get("intra_op_threads", "0")) or None
+    encoder, decoder = folder / "encoder.onnx", folder / "decoder.onnx"
+    if backend == "inprocess":
+        from ..runtime.onnxruntime import OnnxModel
+
+        # Optional ONNX Runtime providers in preference order; the arrays stay on the host.
+        providers = [p.strip() for p in params.get("providers", "").split(",") if p.strip()] or None
+        runtime = OnnxModel(encoder, decoder, spec, threads=threads, providers=providers)
+        if providers and runtime.decoder.get_providers()[0] != providers[0]:
+            log.warning("generate_engine: %s is unavailable here; running on %s", providers[0],
+                        runtime.decoder.get_providers())
+        return runtime
+    if backend == "tensorrt":  # pragma: no cover - needs CUDA and TensorRT
+        from ..runtime.tensorrt import TensorRTModel
+
+        return TensorRTModel((version_dir / params["encoder_plan"]).resolve(),
+                             (version_dir / params["decoder_plan"]).resolve(), spec, device_id=device_id)
+    if backend == "onnxruntime-cuda":  # pragma: no cover - needs CUDA
+        from ..runtime.arrays import CupyArrays
+        from ..runtime.onnxruntime import OnnxBoundModel
+
+        return OnnxBoundModel(encoder, decoder, spec, arrays=CupyArrays(device_id), threads=threads)
+    if backend == "bls":
+        return BlsRuntime(spec)
+    raise ValueError(f"generate_engine: step_backend must be one of {', '.join(STEP_BACKENDS)}, got {backend!r}")
 
 
 def _settle(future: asyncio.Future, results: Any, error: BaseException | None) -> None:
