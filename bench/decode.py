@@ -11,6 +11,8 @@ Rows (beam 4, length penalty 1, max length 2 * source tokens + 10, capped at 200
   CTranslate2's stopping rule, for a like-for-like comparison with the ``ct2`` rows;
 * ``inflight``  ``InflightBatcher`` over ``OnnxModel`` (max 32 running sentences), every
   sentence submitted as its own request at once; batch-1 latency = one request at a time;
+* ``inflight-bound``  the same over ``OnnxBoundModel``: every input and output bound by address
+  (ONNX Runtime I/O binding), the code path of the GPU runtimes, here on NumPy arrays;
 * ``ct2``       CTranslate2 on the same weights, converted here with ``ctranslate2.specs``
   (fp32, and int8 weights as an extra row), batch 32.
 
@@ -294,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--latency-sentences", type=int, default=100)
     ap.add_argument("--threads", type=int, default=2, help="intra-op threads of every runtime")
-    ap.add_argument("--rows", default="pytorch,ort,ort-es,inflight,ct2,ct2-int8")
+    ap.add_argument("--rows", default="pytorch,ort,ort-es,inflight,inflight-bound,ct2,ct2-int8")
     ap.add_argument("--omp-wait-policy", default="keep",
                     help="set OMP_WAIT_POLICY (PASSIVE / ACTIVE) for PyTorch and CTranslate2 (OpenMP); "
                          "default 'keep': leave the environment (OpenMP spins: fastest on an idle machine)")
@@ -389,6 +391,16 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 record("inflight", f"InflightBatcher (ORT), {args.batch} running sentences, 1 sentence/request",
                        inflight_decoder(engine, options), 0)
+            finally:
+                engine.stop()
+        if "inflight-bound" in wanted:
+            from nmtserve.runtime.onnxruntime import OnnxBoundModel
+
+            bound = OnnxBoundModel(art / "encoder.onnx", art / "decoder.onnx", spec, threads=args.threads)
+            engine = InflightBatcher(bound, max_sentences=args.batch, max_beam=options.beam_size).start()
+            try:
+                record("inflight-bound", f"InflightBatcher (ORT I/O binding), {args.batch} running sentences, "
+                       "1 sentence/request", inflight_decoder(engine, options), 0)
             finally:
                 engine.stop()
         if "ct2" in wanted or "ct2-int8" in wanted:

@@ -143,7 +143,10 @@ class OnnxBoundModel(OnnxModel):
             out = arrays.empty(graphs.shape_of(t, sizes), graphs.resolve_dtype(t, np.dtype(self._float).name))
             binding.bind_output(t.name, arrays.device_type, arrays.device_id, out.dtype, out.shape, arrays.pointer(out))
             results.append(out)
-        session.run_with_iobinding(binding)
+        # ONNX Runtime gets the backend's stream (user_compute_stream), but uploads and the pool's
+        # scatter must be complete whatever stream it ends up on; a no-op on the host.
+        arrays.synchronize()
+        session.run_with_iobinding(binding)  # synchronises its own stream before returning
         return results
 
     def encode(self, src_ids: np.ndarray) -> tuple[list, list]:
