@@ -1,4 +1,9 @@
-"""TensorRT build: profile and staleness logic everywhere; the real build only with a GPU + TensorRT."""
+"""TensorRT: build profiles and plan staleness, the runtime's contract check, and the runtime itself.
+
+``nmtserve.runtime.tensorrt`` runs here against ``tensorrt_standin`` (the TensorRT 10 calls it
+makes, executed by ONNX Runtime from the bound addresses): the wiring of the served GPU path is
+checked on CPU. The real builds and the engine on real plans need a GPU + TensorRT (+ CuPy).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import importlib.util
 import json
 import shutil
 
+import numpy as np
 import pytest
 
 from nmtserve import graphs
@@ -113,3 +119,113 @@ def test_inflight_engine_on_tensorrt_plans_equals_the_reference(tmp_path):  # pr
     assert runtime.arrays.is_device(engine.past_keys[0])
     want = reference_decode(model, srcs, search)
     assert [[h.tokens for h in r] for r in got] == [[h.tokens for h in r] for r in want]
+
+
+# ---- nmtserve.runtime.tensorrt on a CPU machine, through the TensorRT stand-in -------------------
+
+@pytest.fixture
+def standin(monkeypatch):
+    import tensorrt_standin
+
+    from nmtserve.runtime import tensorrt as runtime_module
+
+    monkeypatch.setattr(runtime_module, "_import_tensorrt", lambda: tensorrt_standin)
+    return tensorrt_standin
+
+
+@pytest.fixture(scope="module")
+def tiny_graphs(tmp_path_factory):
+    from test_export_parity import build
+
+    folder = tmp_path_factory.mktemp("trt-standin")
+    model, onnx_model = build(folder)
+    return model, folder, onnx_model.spec
+
+
+PLAN_OPTS = BuildOptions(max_batch=6, max_beam=4, max_source_len=32, max_target_len=24)
+
+
+def standin_model(standin, tiny_graphs, tmp_path, arrays=None, opts=PLAN_OPTS):
+    from nmtserve.runtime.arrays import HOST
+    from nmtserve.runtime.tensorrt import TensorRTModel
+
+    _, folder, spec = tiny_graphs
+    enc = standin.write_plan(tmp_path / "encoder.plan", folder / "encoder.onnx", graphs.encoder_inputs(), opts)
+    dec = standin.write_plan(tmp_path / "decoder.plan", folder / "decoder.onnx", graphs.decoder_inputs(spec.dims), opts)
+    spec = dataclasses.replace(spec, max_batch=opts.max_batch, max_target_len=opts.max_target_len,
+                               max_source_len=opts.max_source_len)
+    return TensorRTModel(enc, dec, spec, arrays=arrays or HOST)
+
+
+def test_tensorrt_runtime_drives_the_inflight_batcher_to_the_reference(standin, tiny_graphs, tmp_path):
+    import threading
+    import time
+
+    from test_export_parity import sources
+
+    from nmtserve.decoding.search import SearchOptions
+    from nmtserve.model.reference import reference_decode
+    from nmtserve.server.engine import InflightBatcher
+
+    model = tiny_graphs[0]
+    runtime = standin_model(standin, tiny_graphs, tmp_path)
+    engine = InflightBatcher(runtime, max_sentences=6, max_beam=4, pool_slack=4).start()
+    search = SearchOptions(beam_size=3, max_length=20, max_length_a=1.5, max_length_b=3, num_hypotheses=2)
+    srcs = sources(24, model.config.src_vocab_size, seed=31)
+    got: list = [None] * 6
+
+    def client(j):
+        time.sleep(0.003 * j)
+        got[j] = engine.translate(srcs[4 * j : 4 * j + 4], search, timeout=60)
+
+    threads = [threading.Thread(target=client, args=(j,)) for j in range(6)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    engine.stop()
+    want = reference_decode(model, srcs, search)
+    assert [[h.tokens for h in hyps] for r in got for hyps in r] == [[h.tokens for h in hyps] for hyps in want]
+    assert runtime.decoder.context.executions == engine.stats["steps"]  # one plan execution per step
+    assert engine.stats["steps"] > engine.pool_time  # the pool was compacted on the way
+
+
+def test_tensorrt_runtime_moves_only_tables_up_and_log_probs_down(standin, tiny_graphs, tmp_path):
+    from test_device_arrays import Device, RecordingDevice
+    from test_export_parity import sources
+
+    from nmtserve.decoding.search import SearchOptions
+    from nmtserve.model.reference import reference_decode
+    from nmtserve.server.engine import InflightBatcher
+
+    model = tiny_graphs[0]
+    device = RecordingDevice()
+    runtime = standin_model(standin, tiny_graphs, tmp_path, arrays=device)
+    engine = InflightBatcher(runtime, max_sentences=4, max_beam=4).start()
+    search = SearchOptions(beam_size=2, max_length=16)
+    srcs = sources(8, model.config.src_vocab_size, seed=8)
+    got = engine.translate(srcs, search, timeout=60)
+    engine.stop()
+    assert [[h.tokens for h in r] for r in got] == [[h.tokens for h in r] for r in reference_decode(model, srcs, search)]
+    assert isinstance(engine.past_keys[0], Device)
+    assert {kind for kind, _ in device.uploads} <= {"i", "b"}, device.uploads
+    assert len(device.downloads) == engine.stats["steps"]
+    assert all(kind == "f" and shape[-1] == runtime.spec.vocab for kind, shape in device.downloads)
+
+
+def test_tensorrt_runtime_errors_name_the_plan_and_the_fix(standin, tiny_graphs, tmp_path):
+    from nmtserve.runtime.arrays import HOST
+    from nmtserve.runtime.tensorrt import TensorRTModel
+
+    spec = tiny_graphs[2]
+    with pytest.raises(TensorRTRuntimeError, match=r"missing.*nmtserve.export.engines"):
+        TensorRTModel(tmp_path / "nope.plan", tmp_path / "nope.plan", spec, arrays=HOST)
+    (tmp_path / "bad.plan").write_bytes(b"\x00garbage")
+    with pytest.raises(TensorRTRuntimeError, match=r"could not load .*bad.plan.*NMTSERVE_TRT_REBUILD"):
+        TensorRTModel(tmp_path / "bad.plan", tmp_path / "bad.plan", spec, arrays=HOST)
+    # The decoder plan given as the encoder: refused with the contract's differences.
+    runtime = standin_model(standin, tiny_graphs, tmp_path)
+    with pytest.raises(TensorRTRuntimeError, match="graph contract"):
+        TensorRTModel(runtime.decoder.path, runtime.decoder.path, spec, arrays=HOST)
+    # A batch beyond the plan's profile: refused before anything runs.
+    src = np.full((PLAN_OPTS.max_batch + 1, 5), 7, dtype=np.int32)
+    with pytest.raises(TensorRTRuntimeError, match="outside the plan's optimization profile"):
+        runtime.encode(src)

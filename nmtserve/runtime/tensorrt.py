@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import graphs
-from .arrays import CupyArrays
+from .arrays import ArrayBackend, CupyArrays
 from .spec import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -68,10 +68,10 @@ def check_io(name: str, found: dict[str, tuple[str, int]], expected: list[graphs
                                    + ". Rebuild the plans from this export")
 
 
-class _Plan:  # pragma: no cover - needs CUDA and TensorRT
+class _Plan:
     """One deserialized engine and its execution context."""
 
-    def __init__(self, trt, runtime, path: Path, arrays: CupyArrays):
+    def __init__(self, trt, runtime, path: Path, arrays: ArrayBackend):
         if not path.is_file():
             raise TensorRTRuntimeError(f"{path} is missing: the container builds it at start "
                                        "(python -m nmtserve.export.engines)")
@@ -135,13 +135,14 @@ class _Plan:  # pragma: no cover - needs CUDA and TensorRT
         self._keep = bound
 
 
-class TensorRTModel:  # pragma: no cover - needs CUDA and TensorRT
+class TensorRTModel:
     """Encoder and incremental decoder plans on one GPU, as the batcher's ``StepRuntime``."""
 
-    def __init__(self, encoder_plan: Path, decoder_plan: Path, spec: ModelSpec, device_id: int = 0):
+    def __init__(self, encoder_plan: Path, decoder_plan: Path, spec: ModelSpec, device_id: int = 0,
+                 arrays: ArrayBackend | None = None):
         trt = _import_tensorrt()
         self.spec = spec
-        self.arrays = CupyArrays(device_id)
+        self.arrays = arrays or CupyArrays(device_id)  # another backend only in tests
         self.arrays.activate()
         self._logger = trt.Logger(trt.Logger.WARNING)
         self._runtime = trt.Runtime(self._logger)
