@@ -8,7 +8,7 @@ import zlib
 import numpy as np
 import pytest
 
-from nmtserve.decoding.search import SearchOptions, beam_search
+from nmtserve.decoding.search import Candidates, SearchOptions, beam_search, preselect
 
 BOS, EOS = 1, 2
 
@@ -231,3 +231,80 @@ def test_exhaustive_helper_is_complete():
     seqs = exhaustive(model, 0, 3)
     assert math.isclose(sum(math.exp(s) for _, s in seqs), 1.0, rel_tol=1e-9)
     assert len({tuple(s) for s, _ in seqs}) == len(seqs)
+
+
+# ---- preselected candidates (the GPU runtimes download each hypothesis' top 2K+1, not V) ----------
+
+class Dense32(PrefixModel):
+    """The prefix model's log-probs as float32 (what the graphs return), optionally rounded to
+    multiples of ``quantize`` so that exact ties are common."""
+
+    def __init__(self, *args, quantize: float | None = None, **kw):
+        super().__init__(*args, **kw)
+        self.quantize = quantize
+
+    def log_probs(self, sentence, prefix):
+        lp = super().log_probs(sentence, prefix)
+        return np.round(lp / self.quantize) * self.quantize if self.quantize else lp
+
+    def step(self, tokens, parents, batch_index):
+        return super().step(tokens, parents, batch_index).astype(np.float32)
+
+
+class Preselecting(Dense32):
+    """Hands the search ``Candidates`` (top 2K+1 per hypothesis) instead of the full log-probs,
+    as the in-flight batcher does, falling back to the full array when ``preselect`` declines."""
+
+    def __init__(self, *args, beam: int, **kw):
+        super().__init__(*args, **kw)
+        self.m = 2 * beam + 1
+        self.used = self.declined = 0
+
+    def step(self, tokens, parents, batch_index):
+        log_probs = super().step(tokens, parents, batch_index)
+        picked = preselect(log_probs, self.m)
+        if picked is None or picked[2]:
+            self.declined += 1
+            return log_probs
+        self.used += 1
+        return Candidates(picked[0], picked[1], self.vocab)
+
+
+PRESELECT_CASES = [
+    dict(beam_size=4, num_hypotheses=2),
+    dict(beam_size=3, min_length=4),
+    dict(beam_size=2, length_penalty=0.0, early_stopping="never"),
+    dict(beam_size=1),
+    dict(beam_size=5, patience=2.0, length_penalty=1.3),
+]
+
+
+@pytest.mark.parametrize("case", PRESELECT_CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+@pytest.mark.parametrize("seed", range(4))
+def test_preselected_candidates_give_the_same_search(case, seed):
+    lengths = [3, 7, 1, 5]
+    opts = SearchOptions(max_length=16, max_length_a=1.5, max_length_b=3, **case)
+    model = Preselecting(4, 40, seed=seed, eos_boost=0.4, beam=opts.beam_size)
+    got = run(model, 4, opts, lengths)
+    want = run(Dense32(4, 40, seed=seed, eos_boost=0.4), 4, opts, lengths)
+    assert [[(h.tokens, h.score) for h in r] for r in got] == [[(h.tokens, h.score) for h in r] for r in want]
+    assert model.used > 0 and model.declined == 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ties_at_the_cut_off_fall_back_to_the_full_log_probs(seed):
+    opts = SearchOptions(beam_size=3, max_length=10, num_hypotheses=3)
+    model = Preselecting(3, 30, seed=seed, eos_boost=0.3, beam=3, quantize=0.5)  # many exact ties
+    got = run(model, 3, opts)
+    want = run(Dense32(3, 30, seed=seed, eos_boost=0.3, quantize=0.5), 3, opts)
+    assert [[(h.tokens, h.score) for h in r] for r in got] == [[(h.tokens, h.score) for h in r] for r in want]
+    assert model.declined > 0
+
+
+def test_preselect_flags_a_tie_it_had_to_cut_through():
+    log_probs = np.array([[[np.log(0.4), np.log(0.2), np.log(0.2), np.log(0.2), -np.inf]]], dtype=np.float32)
+    values, tokens, ambiguous = preselect(log_probs, 2)
+    assert bool(ambiguous) and 0 in tokens[0, 0]  # three tied 2nd places, one kept
+    values, tokens, ambiguous = preselect(log_probs, 4)  # the whole tie fits; the -inf entry is out
+    assert not bool(ambiguous) and sorted(tokens[0, 0].tolist()) == [0, 1, 2, 3]
+    assert preselect(log_probs, 5) is None  # nothing left out: use the log-probs themselves

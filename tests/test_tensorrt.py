@@ -188,8 +188,8 @@ def test_tensorrt_runtime_drives_the_inflight_batcher_to_the_reference(standin, 
     assert engine.stats["steps"] > engine.pool_time  # the pool was compacted on the way
 
 
-def test_tensorrt_runtime_moves_only_tables_up_and_log_probs_down(standin, tiny_graphs, tmp_path):
-    from test_device_arrays import Device, RecordingDevice
+def test_tensorrt_runtime_moves_only_tables_up_and_candidates_down(standin, tiny_graphs, tmp_path):
+    from test_device_arrays import Device, RecordingDevice, assert_only_candidates_came_down
     from test_export_parity import sources
 
     from nmtserve.decoding.search import SearchOptions
@@ -207,8 +207,7 @@ def test_tensorrt_runtime_moves_only_tables_up_and_log_probs_down(standin, tiny_
     assert [[h.tokens for h in r] for r in got] == [[h.tokens for h in r] for r in reference_decode(model, srcs, search)]
     assert isinstance(engine.past_keys[0], Device)
     assert {kind for kind, _ in device.uploads} <= {"i", "b"}, device.uploads
-    assert len(device.downloads) == engine.stats["steps"]
-    assert all(kind == "f" and shape[-1] == runtime.spec.vocab for kind, shape in device.downloads)
+    assert_only_candidates_came_down(device, engine, search.beam_size, runtime.spec.vocab)
 
 
 def test_tensorrt_runtime_errors_name_the_plan_and_the_fix(standin, tiny_graphs, tmp_path):

@@ -21,6 +21,14 @@ compare token for token:
   whatever their token, normalised by that length;
 * below ``min_length`` generated tokens EOS has probability 0.
 
+A step may hand ``advance`` either the full log-probs ``(b, K, V)`` or ``Candidates``: each
+hypothesis' ``m >= 2K + 1`` most likely tokens, chosen where the log-probs are (``preselect``,
+on the GPU for the GPU runtimes, so ``V`` floats per hypothesis never cross to the host). The
+result is the same: a sentence's top ``2K`` continuations are among its hypotheses' top ``2K``
+tokens (one more covers a masked EOS), and ties keep the same order (lower beam, then lower
+token). ``preselect`` declines (returns None) when a tie at its cut-off makes the choice
+ambiguous, and the caller passes the full log-probs instead.
+
 ``patience`` is CTranslate2's: 1.0 is the transformers rule; larger values search longer.
 Finished sentences leave the running batch at once, so the step model computes only live rows.
 """
@@ -36,6 +44,32 @@ import numpy as np
 # transformers starts beams 1..K-1 at -1e9 so the first step expands beam 0 only; a finite
 # value keeps degenerate tiny vocabularies (V < 2K) well defined.
 _INITIAL_OTHER_BEAMS = -1e9
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Each hypothesis' best tokens: log-probs ``values`` and ids ``tokens``, both (b, K, m)."""
+
+    values: np.ndarray
+    tokens: np.ndarray
+    vocab: int
+
+
+def preselect(log_probs, m: int, xp=np):
+    """Top ``m`` tokens per hypothesis of ``log_probs`` (b, K, V), in the array module ``xp``
+    (NumPy or CuPy: runs where the array lives). Returns ``(values, tokens, ambiguous)`` as
+    ``xp`` arrays; ``ambiguous`` (a 0-d bool) is set when some row has more entries equal to its
+    m-th value than fit, so which of them were kept is arbitrary: then use the full log-probs.
+    None when ``m`` does not leave out any token."""
+    vocab = log_probs.shape[-1]
+    if m >= vocab:
+        return None
+    tokens = xp.argpartition(-log_probs, m - 1, axis=-1)[..., :m]
+    values = xp.take_along_axis(log_probs, tokens, axis=-1)
+    cut = values.min(axis=-1, keepdims=True)
+    # Ties among -inf (pad, masked tokens) cannot matter: such candidates never enter a beam alive.
+    ambiguous = ((log_probs >= cut).sum(axis=-1) > m) & xp.isfinite(cut[..., 0])
+    return values, tokens, ambiguous.any()
 
 
 class StepModel(Protocol):
@@ -169,18 +203,33 @@ class SentenceSearch:
         return sorted(self.pool.hyps, key=lambda h: -h.score)[: self.options.num_hypotheses]
 
 
-def advance(searches: list[SentenceSearch], log_probs: np.ndarray) -> None:
-    """One step for sentences that share a beam width, from their log-probs (b, K, V)."""
-    log_probs = np.asarray(log_probs, dtype=np.float64)
-    b, k, vocab = log_probs.shape
+def advance(searches: list[SentenceSearch], log_probs: np.ndarray | Candidates) -> None:
+    """One step for sentences that share a beam width, from their log-probs (b, K, V) or
+    their ``Candidates`` (b, K, m)."""
     min_len = np.array([s.t < s.options.min_length for s in searches])
-    if min_len.any():
-        log_probs = log_probs.copy()
-        log_probs[min_len, :, searches[0].eos_id] = -np.inf
+    eos = searches[0].eos_id
     scores = np.stack([s.scores for s in searches])
-    cand = (scores[:, :, None] + log_probs).reshape(b, k * vocab)
-    top = _topk_desc(cand, 2 * k)  # (b, 2K)
-    top_scores = np.take_along_axis(cand, top, axis=1)
+    b, k = scores.shape
+    if isinstance(log_probs, Candidates):
+        vocab = log_probs.vocab
+        values = np.asarray(log_probs.values, dtype=np.float64)
+        tokens = np.asarray(log_probs.tokens, dtype=np.int64)
+        if min_len.any():
+            values = np.where(min_len[:, None, None] & (tokens == eos), -np.inf, values)
+        cand = (scores[:, :, None] + values).reshape(b, -1)
+        flat = (np.arange(k)[None, :, None] * vocab + tokens).reshape(b, -1)  # index in the (K, V) layout
+        order = np.lexsort((flat, -cand), axis=1)[:, : 2 * k]
+        top_scores = np.take_along_axis(cand, order, axis=1)
+        top = np.take_along_axis(flat, order, axis=1)
+    else:
+        log_probs = np.asarray(log_probs, dtype=np.float64)
+        vocab = log_probs.shape[2]
+        if min_len.any():
+            log_probs = log_probs.copy()
+            log_probs[min_len, :, eos] = -np.inf
+        cand = (scores[:, :, None] + log_probs).reshape(b, k * vocab)
+        top = _topk_desc(cand, 2 * k)  # (b, 2K)
+        top_scores = np.take_along_axis(cand, top, axis=1)
     top_beam, top_token = top // vocab, top % vocab
     for row, search in enumerate(searches):
         _advance_one(search, top_beam[row], top_token[row], top_scores[row])

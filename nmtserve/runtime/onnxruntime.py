@@ -110,7 +110,8 @@ class OnnxBoundModel(OnnxModel):
     The engine's arrays are read and written where they live: with ``CupyArrays`` the session
     runs on the CUDA execution provider, on the backend's stream, and the cache pool and
     cross-attention memory never leave the GPU; host-side feeds (the small per-step tables) are
-    uploaded, and only ``log_probs`` comes back to the host. With ``HOST`` it is the same code
+    uploaded, and every output stays where it was written (the batcher reduces ``log_probs`` on the
+    device before it reads them). With ``HOST`` it is the same code
     on the CPU provider (what the tests run).
     """
 
@@ -156,5 +157,4 @@ class OnnxBoundModel(OnnxModel):
 
     def run_step(self, feeds: dict) -> list:
         batch, beam = feeds["input_ids"].shape
-        out = self._run(self.decoder, feeds, self._dec_tensors, {"batch": batch, "beam": beam})
-        return [self.arrays.asnumpy(out[0]), *out[1:]]
+        return self._run(self.decoder, feeds, self._dec_tensors, {"batch": batch, "beam": beam})

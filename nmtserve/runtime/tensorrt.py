@@ -6,13 +6,14 @@
 arrays whose addresses go straight to ``IExecutionContext.set_tensor_address``, the new K/V of a
 step land in device buffers that the batcher scatters into the pool with a device kernel, and
 all of it is ordered on one CUDA stream. Per step the host uploads the small tables (token ids,
-positions, ``cache_rows``, masks) and downloads ``log_probs`` for the beam search; the cache
-never crosses the bus.
+positions, ``cache_rows``, masks) and downloads each hypothesis' best 2K+1 log-probs, which the
+batcher picks on the device; the cache never crosses the bus.
 
 Written against the TensorRT 10 Python API (``Runtime.deserialize_cuda_engine``, named I/O
 tensors, ``set_input_shape``, ``set_tensor_address``, ``execute_async_v3``). It needs a CUDA GPU,
-TensorRT and CuPy, none of which exist on the CPU machines this project is tested on: its tests
-skip there, and ``scripts/gpu-check`` runs it against PyTorch on a GPU.
+TensorRT and CuPy, none of which exist on the CPU machines this project is tested on; there the
+tests run it on host arrays against a TensorRT stand-in (``tests/tensorrt_standin.py``), and
+``scripts/gpu-check`` runs it for real against PyTorch on a GPU.
 """
 
 from __future__ import annotations
@@ -180,7 +181,9 @@ class TensorRTModel:
         return out[0::2], out[1::2]
 
     def run_step(self, feeds: dict) -> list:
-        """One decoder step: host ``log_probs`` (B, K, V), then the new K/V per layer on the GPU."""
+        """One decoder step: ``log_probs`` (B, K, V), then the new K/V per layer, all on the GPU.
+
+        The outputs are views of buffers reused by the next call: consume them first."""
         batch, beam = feeds["input_ids"].shape
         sizes = {"batch": batch, "beam": beam}
         outputs = {}
@@ -188,5 +191,4 @@ class TensorRTModel:
             shape = graphs.shape_of(t, sizes)
             outputs[t.name] = self._dec_buffers[t.name][: int(np.prod(shape))].reshape(shape)
         self.decoder.run(feeds, outputs)
-        out = list(outputs.values())
-        return [self.arrays.asnumpy(out[0]), *out[1:]]
+        return list(outputs.values())
