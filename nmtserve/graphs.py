@@ -89,7 +89,7 @@ def resolve_dtype(t: Tensor, float_dtype: str = "float32") -> str:
 def pad_batch(batch: Sequence[Sequence[int]], pad_id: int, dtype: type = np.int64) -> np.ndarray:
     """Right-pad id lists into a (B, S) array: the encoder's ``src_ids`` layout."""
     width = max(len(ids) for ids in batch)
-    out = np.full((len(batch), width), pad_id, dtype=dtype)
+    out: np.ndarray = np.full((len(batch), width), pad_id, dtype=dtype)
     for i, ids in enumerate(batch):
         out[i, : len(ids)] = ids
     return out

@@ -192,6 +192,19 @@ def test_gpu_image_modules_import_without_tensorrt_or_torch():
     assert result.returncode == 0, result.stderr
 
 
+# The modules the GPU image runs: serving, the plan build and the GPU runtimes.
+GPU_IMAGE_CODE = ["nmtserve/runtime", "nmtserve/decoding", "nmtserve/graphs.py", "nmtserve/export/tensorrt.py",
+                  "nmtserve/export/engines.py", "nmtserve/export/repository.py", "nmtserve/server/engine.py",
+                  "nmtserve/server/triton_models.py", "nmtserve/server/protocol.py", "nmtserve/model/tokenizer.py"]
+
+
+def test_gpu_image_code_type_checks_for_its_python_3_10():
+    """TensorRT/CuPy code cannot run here, so mypy checks it (settings in pyproject.toml)."""
+    result = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", *GPU_IMAGE_CODE],
+                            capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 # ---- the gpu repository writer ----------------------------------------------------------------------
 
 def _section(config: str, kind: str) -> list[tuple[str, str, list[int]]]:

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, cast
 
 import numpy as np
 
@@ -284,7 +284,8 @@ def beam_search(
         keep = [row for row, i in enumerate(live) if not searches[i].done]
         batch_index = np.asarray(keep, dtype=np.int64)
         live = [live[row] for row in keep]
-        parents = np.stack([searches[i].parents for i in live]) if live else None
+        # Every live search has advanced at least once, so its parents are set.
+        parents = np.stack([cast(np.ndarray, searches[i].parents) for i in live]) if live else None
     return [s.results() for s in searches]
 
 

@@ -47,15 +47,15 @@ class RepositoryOptions:
     max_batch: int = 64  # sentences in the running decode batch
     max_beam: int = 8
     intra_op_threads: int = 0  # 0: ONNX Runtime's default (all cores)
-    # How generate_engine runs the graphs (nmtserve.server.protocol.STEP_BACKENDS); None: the
+    # How generate_engine runs the graphs (nmtserve.server.protocol.STEP_BACKENDS); "": the
     # target's default ("inprocess" ONNX Runtime on cpu, measured faster than "bls"; "tensorrt" on gpu).
-    step_backend: str | None = None
+    step_backend: str = ""
     target: str = "cpu"  # "gpu": TensorRT encoder/decoder models, and generate_engine on those plans
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
             raise ValueError(f"target must be one of {', '.join(TARGETS)}, got {self.target!r}")
-        if self.step_backend is None:
+        if not self.step_backend:
             object.__setattr__(self, "step_backend", DEFAULT_STEP_BACKEND[self.target])
         if self.step_backend not in STEP_BACKENDS:
             raise ValueError(f"step_backend must be one of {', '.join(STEP_BACKENDS)}, got {self.step_backend!r}")
@@ -146,6 +146,7 @@ def model_configs(dims: graphs.Dims, opts: RepositoryOptions) -> dict[str, tuple
     engine_kind = "KIND_GPU" if opts.step_backend in ("tensorrt", "onnxruntime-cuda") else "KIND_CPU"
     if opts.step_backend == "tensorrt":
         engine_params.update(PLAN_PARAMS)
+    graph_models: dict[str, tuple[str, str | None]]
     if opts.target == "gpu":
         graph_models = {name: (_tensorrt_model(name, *io), None) for name, io in graph_io.items()}
     else:

@@ -39,10 +39,16 @@ def _vocab_pieces(sp: spm.SentencePieceProcessor, text: str) -> list[str]:
 
 
 class SpecialIds(Protocol):
-    pad_id: int
-    bos_id: int
-    eos_id: int
-    unk_id: int
+    """Anything with the four special ids (a TransformerConfig, a frozen ModelSpec): read-only."""
+
+    @property
+    def pad_id(self) -> int: ...
+    @property
+    def bos_id(self) -> int: ...
+    @property
+    def eos_id(self) -> int: ...
+    @property
+    def unk_id(self) -> int: ...
 
 
 class Tokenizer:

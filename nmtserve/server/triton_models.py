@@ -121,11 +121,17 @@ class DetokenizeModel:
         out = []
         for request in requests:
             ids, lengths, scores = _input(request, "OUT_IDS"), _input(request, "OUT_LEN"), _input(request, "OUT_SCORE")
+            if (ids is None or lengths is None or scores is None or ids.ndim != 3 or lengths.ndim != 2
+                    or ids.shape[:2] != lengths.shape or scores.shape != lengths.shape
+                    or (lengths.size and not 0 <= lengths.min() <= lengths.max() <= ids.shape[2])):
+                out.append(pb_utils.InferenceResponse(error=_error(
+                    "OUT_IDS [n, k, T], OUT_LEN [n, k] (0..T) and OUT_SCORE [n, k] are required")))
+                continue
             n, k = lengths.shape
             texts = np.empty((n, k), dtype=np.object_)
             for i in range(n):
                 for j in range(k):
-                    texts[i, j] = self.tokenizer.decode(ids[i, j, : lengths[i, j]].tolist()).encode("utf-8")
+                    texts[i, j] = self.tokenizer.decode(ids[i, j, : int(lengths[i, j])].tolist()).encode("utf-8")
             out.append(pb_utils.InferenceResponse(output_tensors=[
                 pb_utils.Tensor("TRANSLATION", texts[:, 0].copy()),
                 pb_utils.Tensor("SCORE", scores[:, 0].astype(np.float32)),
