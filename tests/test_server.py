@@ -169,3 +169,25 @@ def test_sequential_one_sentence_requests_each_get_their_own_translation(grpc, r
     """The pattern that once returned a previous request's translation (cached memory keyed by id())."""
     texts, want, _ = reference
     assert [infer(grpc, grpcclient, [t])[0][0] for t in texts[:30]] == want[:30]
+
+
+def _detokenize_inputs(ids, lengths, scores):
+    out = []
+    for name, value, dtype in (("OUT_IDS", ids, "INT32"), ("OUT_LEN", lengths, "INT32"), ("OUT_SCORE", scores, "FP32")):
+        x = grpcclient.InferInput(name, list(value.shape), dtype)
+        x.set_data_from_numpy(value)
+        out.append(x)
+    return out
+
+
+def test_detokenize_called_directly_checks_its_inputs(grpc, demo_checkpoint):
+    ids = np.array([[demo_checkpoint.tokenizer.encode("un deux trois")]], dtype=np.int32)  # (1, 1, T)
+    scores = np.zeros((1, 1), dtype=np.float32)
+    good = grpc.infer("detokenize", _detokenize_inputs(ids, np.array([[ids.shape[2]]], dtype=np.int32), scores))
+    assert good.as_numpy("TRANSLATION")[0].decode() == "un deux trois"
+    for lengths, score in ((np.array([[ids.shape[2] + 5]], dtype=np.int32), scores),  # longer than OUT_IDS
+                           (np.array([[1, 1]], dtype=np.int32), scores)):  # [n, k] shapes disagree
+        with pytest.raises(InferenceServerException) as err:
+            grpc.infer("detokenize", _detokenize_inputs(ids, lengths, score))
+        assert "OUT_LEN" in err.value.message()
+    assert grpc.is_model_ready("detokenize")

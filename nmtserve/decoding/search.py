@@ -83,7 +83,7 @@ class StepModel(Protocol):
             hypotheses of the same sentence; None on the first call.
         batch_index: (b,) the previous call's row of each sentence still decoding; None on the
             first call.
-        Returns log-probabilities (b, K, V), float32 or float64.
+        Returns log-probabilities (b, K, V), float32 or float64, or their ``Candidates``.
         """
         ...
 
