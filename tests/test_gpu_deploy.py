@@ -492,6 +492,16 @@ def test_gpu_check_without_cuda_says_so(args, code):
     assert "no GPU" in result.stdout
 
 
+def test_gpu_check_dry_run_on_cpu_runs_every_check_it_can():
+    """``--device cpu`` runs the script's own code paths (lockstep parity, the served engine over
+    I/O-bound graphs) so that they are exercised here, not first on a borrowed GPU."""
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu-check"), "--device", "cpu",
+                             "--sentences", "4", "--batch", "2"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    for row in ("PASS  torch cpu fp32", "PASS  onnxruntime CPU", "PASS  engine onnxruntime CPU"):
+        assert row in result.stdout, result.stdout
+
+
 # ---- on a GPU with TensorRT --------------------------------------------------------------------------
 
 @pytest.mark.tensorrt
