@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 
 import numpy as np
 import pytest
+from test_engine import staggered
 from test_export_parity import build, sources
 
 from nmtserve.decoding.search import SearchOptions
@@ -105,17 +105,9 @@ def test_engine_on_bound_graphs_equals_the_reference(tiny):
     model = tiny[0]
     srcs = sources(30, model.config.src_vocab_size, seed=13)
     engine = InflightBatcher(bound(tiny, HOST), max_sentences=5, max_beam=4).start()
-    got: list = [None] * 6
-
-    def client(j):
-        time.sleep(0.003 * j)
-        got[j] = engine.translate(srcs[5 * j : 5 * j + 5], OPTS, timeout=60)
-
-    threads = [threading.Thread(target=client, args=(j,)) for j in range(6)]
-    [t.start() for t in threads]
-    [t.join() for t in threads]
+    got = staggered(engine, srcs, 5, OPTS)
     engine.stop()
-    assert tokens([h for r in got for h in r]) == tokens(reference_decode(model, srcs, OPTS))
+    assert tokens(got) == tokens(reference_decode(model, srcs, OPTS))
 
 
 def test_cache_and_memory_never_cross_between_host_and_device(tiny):

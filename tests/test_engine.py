@@ -31,22 +31,29 @@ def tokens(results):
     return [[h.tokens for h in hyps] for hyps in results]
 
 
+def staggered(engine, srcs, per_request, options, timeout=60):
+    """Requests of ``per_request`` sentences from concurrent clients arriving 3 ms apart, while
+    the earlier ones decode; the results in source order."""
+    got: list = [None] * -(-len(srcs) // per_request)
+
+    def client(j):
+        time.sleep(0.003 * j)
+        got[j] = engine.translate(srcs[per_request * j : per_request * (j + 1)], options, timeout=timeout)
+
+    threads = [threading.Thread(target=client, args=(j,)) for j in range(len(got))]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    return [hyps for r in got for hyps in r]
+
+
 def test_staggered_concurrent_requests_equal_the_reference(tiny):
     model, onnx_model = tiny
     srcs = sources(36, model.config.src_vocab_size, seed=11)
     want = tokens(reference_decode(model, srcs, OPTS))
     engine = engine_for(onnx_model)
-    got: list = [None] * 9
-
-    def client(j):
-        time.sleep(0.003 * j)  # arrive while others are mid-decode
-        got[j] = engine.translate(srcs[4 * j : 4 * j + 4], OPTS, timeout=60)
-
-    threads = [threading.Thread(target=client, args=(j,)) for j in range(9)]
-    [t.start() for t in threads]
-    [t.join() for t in threads]
+    got = staggered(engine, srcs, 4, OPTS)
     engine.stop()
-    assert tokens([h for r in got for h in r]) == want
+    assert tokens(got) == want
     assert engine.stats["max_batch_seen"] == 6  # capacity was the limit: sentences queued and joined later
 
 

@@ -158,9 +158,7 @@ def standin_model(standin, tiny_graphs, tmp_path, arrays=None, opts=PLAN_OPTS):
 
 
 def test_tensorrt_runtime_drives_the_inflight_batcher_to_the_reference(standin, tiny_graphs, tmp_path):
-    import threading
-    import time
-
+    from test_engine import staggered
     from test_export_parity import sources
 
     from nmtserve.decoding.search import SearchOptions
@@ -172,18 +170,10 @@ def test_tensorrt_runtime_drives_the_inflight_batcher_to_the_reference(standin, 
     engine = InflightBatcher(runtime, max_sentences=6, max_beam=4, pool_slack=4).start()
     search = SearchOptions(beam_size=3, max_length=20, max_length_a=1.5, max_length_b=3, num_hypotheses=2)
     srcs = sources(24, model.config.src_vocab_size, seed=31)
-    got: list = [None] * 6
-
-    def client(j):
-        time.sleep(0.003 * j)
-        got[j] = engine.translate(srcs[4 * j : 4 * j + 4], search, timeout=60)
-
-    threads = [threading.Thread(target=client, args=(j,)) for j in range(6)]
-    [t.start() for t in threads]
-    [t.join() for t in threads]
+    got = staggered(engine, srcs, 4, search)
     engine.stop()
     want = reference_decode(model, srcs, search)
-    assert [[h.tokens for h in hyps] for r in got for hyps in r] == [[h.tokens for h in hyps] for hyps in want]
+    assert [[h.tokens for h in hyps] for hyps in got] == [[h.tokens for h in hyps] for hyps in want]
     assert runtime.decoder.context.executions == engine.stats["steps"]  # one plan execution per step
     assert engine.stats["steps"] > engine.pool_time  # the pool was compacted on the way
 
