@@ -168,3 +168,38 @@ def test_serving_modules_do_not_import_torch():
     code = ("import sys, nmtserve.server.triton_models, nmtserve.server.engine, nmtserve.runtime.onnxruntime; "
             "sys.exit('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_a_failing_encode_fails_only_the_requests_it_was_admitting(tiny):
+    model, onnx_model = tiny
+    engine = engine_for(onnx_model)
+    rows = len(engine.free_rows)
+    real = onnx_model.encode
+    running = sources(3, model.config.src_vocab_size, seed=12)
+    opts = SearchOptions(beam_size=2, max_length=24)
+    outcome: dict = {}
+    first_step = threading.Event()
+
+    def encode(src):
+        if outcome.get("armed"):
+            outcome["armed"] = False
+            raise RuntimeError("out of device memory")
+        first_step.set()
+        return real(src)
+
+    onnx_model.encode = encode
+    try:
+        engine.submit(running, opts, lambda r, e: outcome.update(running=(r, e)))
+        first_step.wait(10)
+        outcome["armed"] = True
+        with pytest.raises(RuntimeError, match="out of device memory"):
+            engine.translate(sources(2, 61, seed=13), opts, timeout=30)
+        deadline = time.monotonic() + 30
+        while "running" not in outcome and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        onnx_model.encode = real
+        engine.stop()
+    results, error = outcome["running"]
+    assert error is None and tokens(results) == tokens(reference_decode(model, running, opts))
+    assert len(engine.free_rows) == rows  # every row came back

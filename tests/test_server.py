@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -191,3 +192,31 @@ def test_detokenize_called_directly_checks_its_inputs(grpc, demo_checkpoint):
             grpc.infer("detokenize", _detokenize_inputs(ids, lengths, score))
         assert "OUT_LEN" in err.value.message()
     assert grpc.is_model_ready("detokenize")
+
+
+def _generate_inputs(src, lengths):
+    out = []
+    for name, value in (("SRC_IDS", src), ("SRC_LEN", lengths)):
+        x = grpcclient.InferInput(name, list(value.shape), "INT32")
+        x.set_data_from_numpy(value)
+        out.append(x)
+    return out
+
+
+def test_generate_called_directly_with_bad_ids_is_refused_and_others_keep_decoding(grpc, demo_checkpoint, reference):
+    vocab = demo_checkpoint.config.src_vocab_size
+    ids = np.array([demo_checkpoint.tokenizer.encode("forty two")], dtype=np.int32)
+    good = grpc.infer("generate", _generate_inputs(ids, np.array([ids.shape[1]], dtype=np.int32)))
+    assert good.as_numpy("OUT_LEN")[0, 0] > 0
+    bad_cases = [
+        (np.array([[vocab + 5, 2]], dtype=np.int32), np.array([2], dtype=np.int32), f"token id {vocab + 5}"),
+        (np.array([[5, 2]], dtype=np.int32), np.array([0], dtype=np.int32), r"SRC_LEN\[0\] is 0"),
+    ]
+    texts, want, _ = reference
+    with ThreadPoolExecutor(2) as pool:  # a good request decoding while the bad ones arrive
+        running = pool.submit(infer, grpc, grpcclient, texts[:6])
+        for src, lengths, message in bad_cases:
+            with pytest.raises(InferenceServerException) as err:
+                grpc.infer("generate", _generate_inputs(src, lengths))
+            assert "INVALID_ARG" in str(err.value.status()) and re.search(message, err.value.message())
+        assert running.result(timeout=120)[0] == want[:6]

@@ -146,7 +146,7 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
         spec = ModelSpec(
             layers=d.layers, heads=d.heads, d_k=d.d_k, vocab=d.vocab, max_positions=cfg.max_positions,
             pad_id=cfg.pad_id, bos_id=cfg.bos_id, eos_id=cfg.eos_id, unk_id=cfg.unk_id,
-            max_source_len=opts.max_source_len, max_target_len=opts.max_target_len, max_batch=opts.max_batch,
+            src_vocab=cfg.src_vocab_size, max_source_len=opts.max_source_len, max_target_len=opts.max_target_len, max_batch=opts.max_batch,
             beam_size=opts.beam_size, tokenizer=files, fp16=opts.fp16, max_beam=max(8, opts.beam_size),
             hashes={"encoder.onnx": file_sha256(encoder), "decoder.onnx": file_sha256(decoder)},
         )

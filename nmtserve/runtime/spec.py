@@ -23,6 +23,7 @@ class ModelSpec:
     bos_id: int
     eos_id: int
     unk_id: int
+    src_vocab: int = 0  # source vocabulary size (0: not recorded, by an export before it was)
     max_source_len: int = 256
     max_target_len: int = 256
     max_batch: int = 64

@@ -234,7 +234,12 @@ class InflightBatcher:
             self._compact()
         sources = [r.sources[i] for r, i in admitted]
         src = pad_batch(sources, self.spec.pad_id, np.int32)
-        keys, values = self.runtime.encode(src)
+        try:
+            keys, values = self.runtime.encode(src)
+        except Exception as exc:  # fails the requests being admitted, not the ones decoding
+            log.exception("encoding %d sentences failed", len(sources))
+            self._drop({r for r, _ in admitted}, exc)
+            return
         for row, (request, i) in enumerate(admitted):
             n = len(sources[row])
             search = SentenceSearch(request.options, n, bos_id=self.spec.bos_id, eos_id=self.spec.eos_id)
@@ -283,21 +288,25 @@ class InflightBatcher:
 
     def _drop_cancelled(self) -> None:
         cancelled = {s.request for s in self.active if s.request.cancelled and s.request.cancelled()}
-        if not cancelled:
-            return
+        if cancelled:
+            self._drop(cancelled, CancelledError("request cancelled"))
+
+    def _drop(self, requests: set[_Request], error: BaseException) -> None:
+        """Fail these requests alone: their running sentences leave (rows freed), their queued
+        sentences are forgotten, every other request keeps decoding."""
         keep = []
         for s in self.active:
-            if s.request in cancelled:
+            if s.request in requests:
                 self.free_rows.extend(s.rows.tolist())
             else:
                 keep.append(s)
         self.active = keep
         with self._cond:
-            self.pending = deque(r for r in self.pending if r not in cancelled)
-        for r in cancelled:
+            self.pending = deque(r for r in self.pending if r not in requests)
+        for r in requests:
             if not r.failed:
                 r.failed = True
-                r.callback(None, CancelledError("request cancelled"))
+                r.callback(None, error)
 
     def _step(self) -> None:
         self._drop_cancelled()

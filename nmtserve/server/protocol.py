@@ -110,6 +110,30 @@ def parse_search_options(inputs: Mapping[str, np.ndarray | None], spec: ModelSpe
     return SearchOptions(beam_size=beam, num_hypotheses=nbest, length_penalty=penalty, max_length=max_length)
 
 
+def parse_sources(src: np.ndarray | None, lengths: np.ndarray | None, spec: ModelSpec) -> list[list[int]]:
+    """``SRC_IDS [n, S]`` + ``SRC_LEN [n]`` (what ``tokenize`` sends, or a caller of ``generate``
+    with its own ids) as one id list per sentence, checked so that nothing reaches the graphs
+    that would fail them: an InputError names the first bad sentence."""
+    if src is None or lengths is None or src.ndim != 2 or lengths.ndim != 1 or lengths.shape[0] != src.shape[0]:
+        raise InputError("SRC_IDS [n, S] and SRC_LEN [n] are required")
+    if src.dtype.kind not in "iu" or lengths.dtype.kind not in "iu":
+        raise InputError(f"SRC_IDS and SRC_LEN must be integers, got {src.dtype} and {lengths.dtype}")
+    limit = min(spec.max_source_len, src.shape[1])
+    vocab = spec.src_vocab or None
+    out = []
+    for i, n in enumerate(lengths.tolist()):
+        if not 1 <= n <= limit:
+            raise InputError(f"SRC_LEN[{i}] is {n}: it must be between 1 and {limit} "
+                             f"(the SRC_IDS width {src.shape[1]}, at most max_source_len {spec.max_source_len})")
+        ids = src[i, :n]
+        if ids.min() < 0 or (vocab is not None and ids.max() >= vocab):
+            bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
+            raise InputError(f"SRC_IDS[{i}] holds token id {bad}, outside the source vocabulary "
+                             f"(0..{vocab - 1 if vocab else 'n'})")
+        out.append(ids.tolist())
+    return out
+
+
 def results_to_arrays(results: Sequence[Sequence[Hypothesis]], k: int, pad_id: int) -> dict[str, np.ndarray]:
     """n-best lists -> OUT_IDS [n, k, T] (EOS kept; detokenize stops at it), OUT_LEN, OUT_SCORE."""
     n = len(results)

@@ -35,6 +35,7 @@ from .protocol import (
     InputError,
     decode_texts,
     parse_search_options,
+    parse_sources,
     results_to_arrays,
 )
 
@@ -157,6 +158,7 @@ class GenerateModel:
 
     async def _forward(self, request):
         try:  # validate here: errors crossing the decoupled BLS hop lose their status code
+            parse_sources(_input(request, "SRC_IDS"), _input(request, "SRC_LEN"), self.spec)
             _search_options(request, self.spec, self.max_beam)
         except InputError as exc:
             return pb_utils.InferenceResponse(error=_error(str(exc)))
@@ -206,7 +208,8 @@ class GenerateEngineModel:
         sender = request.get_response_sender()
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         try:
-            src, lengths, options = self._parse(request)
+            sources = parse_sources(_input(request, "SRC_IDS"), _input(request, "SRC_LEN"), self.spec)
+            options = _search_options(request, self.spec, self.max_beam)
         except InputError as exc:
             sender.send(pb_utils.InferenceResponse(error=_error(str(exc))), flags=final)
             return
@@ -216,7 +219,6 @@ class GenerateEngineModel:
         def done(results, error):
             loop.call_soon_threadsafe(_settle, future, results, error)
 
-        sources = [src[i, : lengths[i]].tolist() for i in range(len(lengths))]
         cancel = threading.Event()  # set here, read by the engine thread (pb_utils stays on this thread)
         self.engine.submit(sources, options, done, cancelled=cancel.is_set)
         try:
@@ -233,13 +235,6 @@ class GenerateEngineModel:
             pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(name, a) for name, a in arrays.items()]),
             flags=final,
         )
-
-    def _parse(self, request) -> tuple[np.ndarray, np.ndarray, SearchOptions]:
-        src, lengths = _input(request, "SRC_IDS"), _input(request, "SRC_LEN")
-        if src is None or lengths is None or src.ndim != 2 or lengths.shape != (src.shape[0],):
-            raise InputError("SRC_IDS [n, S] and SRC_LEN [n] are required")
-        options = _search_options(request, self.spec, self.max_beam)
-        return src, lengths, options
 
     def finalize(self) -> None:
         self.engine.stop()
