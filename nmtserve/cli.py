@@ -119,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--beam-size", type=int, default=4, help="default beam width served")
     p.add_argument("--front-instances", type=int, default=8,
                    help="requests decoded concurrently (instances of the `generate` front, ~40 MB each)")
+    p.add_argument("--step-backend", default="", metavar="{inprocess,tensorrt,onnxruntime-cuda,bls}",
+                   help="how generate_engine runs the graphs (default: inprocess on cpu, tensorrt on gpu; "
+                        "onnxruntime-cuda: gpu without TensorRT plans; bls: through the encoder/decoder models)")
     p.add_argument("--parity-sentences", type=int, default=50, help="sentences in the ONNX-vs-PyTorch parity check")
     p.add_argument("--skip-parity", action="store_true", help="skip the parity check (not recommended)")
 

@@ -473,6 +473,22 @@ def test_export_target_gpu_writes_the_tensorrt_repository(tmp_path):
     assert engines.tensorrt_models(repo) == ["encoder", "decoder"]
     assert (repo / "generate_engine" / "1" / "encoder.onnx").is_file()
     assert "built for the GPU present when the container starts" in report.summary()
+    assert _params((repo / "generate_engine" / "config.pbtxt").read_text())["step_backend"] == "tensorrt"
+
+
+def test_export_cli_chooses_the_step_backend_and_refuses_a_gpu_backend_on_cpu_before_any_work(tmp_path):
+    repo = tmp_path / "model_repository"
+    ok = subprocess.run([sys.executable, "-m", "nmtserve.cli", "export", str(ROOT / "models" / "en-fr-numbers"),
+                         "-r", str(repo), "--target", "gpu", "--step-backend", "onnxruntime-cuda", "--skip-parity",
+                         "--max-source-len", "32", "--max-target-len", "32"],
+                        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert ok.returncode == 0, ok.stderr
+    assert _params((repo / "generate_engine" / "config.pbtxt").read_text())["step_backend"] == "onnxruntime-cuda"
+    bad = subprocess.run([sys.executable, "-m", "nmtserve.cli", "export", str(ROOT / "models" / "en-fr-numbers"),
+                          "-r", str(tmp_path / "other"), "--step-backend", "tensorrt"],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert bad.returncode == 1 and "step_backend 'tensorrt' needs a GPU" in bad.stderr
+    assert not (tmp_path / "other").exists()
 
 
 # ---- scripts/gpu-check without a GPU --------------------------------------------------------------

@@ -45,6 +45,7 @@ class ExportOptions:
     parity_sentences: int = 50
     skip_parity: bool = False
     front_instances: int = 8
+    step_backend: str = ""  # how generate_engine runs the graphs; "": the target's default
 
 
 @dataclass
@@ -100,6 +101,12 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
         report.seconds[name] = time.monotonic() - started
         log.info("%s done in %.1f s", name, report.seconds[name])
 
+    try:  # option mistakes fail before any slow stage
+        repo_opts = RepositoryOptions(name=opts.name, front_instances=opts.front_instances, max_batch=opts.max_batch,
+                                      max_beam=max(8, opts.beam_size), target=opts.target,
+                                      step_backend=opts.step_backend)
+    except ValueError as exc:
+        raise ExportError(f"options: {exc}") from exc
     t = time.monotonic()
     try:
         ckpt = load_any_checkpoint(Path(checkpoint))
@@ -165,11 +172,7 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
                 raise ExportError(report.parity.summary())
 
         t = time.monotonic()
-        write_repository(
-            opts.repository, d, artifacts,
-            RepositoryOptions(name=opts.name, front_instances=opts.front_instances, max_batch=opts.max_batch,
-                              max_beam=max(8, opts.beam_size), target=opts.target),
-        )
+        write_repository(opts.repository, d, artifacts, repo_opts)
         stage("write", t)
     if opts.target == "gpu":
         # Plans are specific to the GPU model and the TensorRT version, so they are not built here.
