@@ -251,9 +251,12 @@ def test_cpu_target_runs_generate_engine_in_process_on_the_cpu():
     assert "encoder_plan" not in params
 
 
-def test_gpu_target_can_run_generate_engine_on_onnx_runtime_cuda_instead():
-    config = model_configs(DIMS, RepositoryOptions(target="gpu", step_backend="onnxruntime-cuda"))["generate_engine"][0]
+def test_gpu_target_can_run_without_tensorrt_on_onnx_runtime_cuda(tmp_path):
+    opts = RepositoryOptions(target="gpu", step_backend="onnxruntime-cuda")
+    config = model_configs(DIMS, opts)["generate_engine"][0]
     assert _params(config)["step_backend"] == "onnxruntime-cuda" and "kind: KIND_GPU" in config
+    write_repository(tmp_path, DIMS, {}, opts)
+    assert engines.tensorrt_models(tmp_path) == []  # no plan to build at container start
 
 
 @pytest.mark.parametrize("target, backend, message", [

@@ -147,7 +147,9 @@ def model_configs(dims: graphs.Dims, opts: RepositoryOptions) -> dict[str, tuple
     if opts.step_backend == "tensorrt":
         engine_params.update(PLAN_PARAMS)
     graph_models: dict[str, tuple[str, str | None]]
-    if opts.target == "gpu":
+    # TensorRT plans unless the GPU engine was asked to run without TensorRT (onnxruntime-cuda):
+    # then nothing in the repository needs a plan and the container builds none.
+    if opts.target == "gpu" and opts.step_backend != "onnxruntime-cuda":
         graph_models = {name: (_tensorrt_model(name, *io), None) for name, io in graph_io.items()}
     else:
         graph_models = {
