@@ -115,6 +115,8 @@ def test_empty_request_and_too_wide_beam(tiny):
     assert engine.translate([], OPTS) == []
     with pytest.raises(ValueError, match="exceeds this server's maximum"):
         engine.translate([[5, 2]], SearchOptions(beam_size=5, max_length=4))
+    with pytest.raises(ValueError, match="source 1 has more than max_source_len"):
+        engine.translate([[5, 2], [5] * engine.spec.max_source_len + [2]], OPTS)
     engine.stop()
 
 

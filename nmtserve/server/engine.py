@@ -149,6 +149,9 @@ class InflightBatcher:
         """Queue sentences (id lists ending with EOS); ``callback(results, error)`` runs in the engine thread."""
         if options.beam_size > self.max_beam:
             raise ValueError(f"beam_size {options.beam_size} exceeds this server's maximum {self.max_beam}")
+        too_long = [i for i, src in enumerate(sources) if len(src) > self.spec.max_source_len]
+        if too_long:  # the encoder's profile (TensorRT) and positions end there
+            raise ValueError(f"source {too_long[0]} has more than max_source_len={self.spec.max_source_len} tokens")
         request = _Request([list(s) for s in sources], options, callback, cancelled=cancelled)
         if not request.sources:
             callback([], None)
