@@ -43,7 +43,7 @@ class RepositoryOptions:
     name: str = "translate"
     # Requests decoding at once: each occupies one instance of the non-decoupled front until its
     # result is back (a ~40 MB process each). Later requests queue in Triton until one frees up.
-    front_instances: int = 8
+    front_instances: int = 16
     max_batch: int = 64  # sentences in the running decode batch
     max_beam: int = 8
     intra_op_threads: int = 0  # 0: ONNX Runtime's default (all cores)
