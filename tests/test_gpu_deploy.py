@@ -546,3 +546,15 @@ def test_gpu_check_passes_on_this_gpu():  # pragma: no cover - GPU only
     result = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu-check"), "--require-gpu",
                              "--sentences", "16"], capture_output=True, text=True, timeout=1800, cwd=ROOT)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+
+
+def test_the_committed_model_repository_is_what_the_demo_export_writes():
+    """model_repository/ is committed (configs, model.py) for reading; the demo re-exports into it."""
+    from nmtserve.export.onnx_export import dims_of
+    from nmtserve.model.checkpoint import load_checkpoint
+
+    dims = dims_of(load_checkpoint(ROOT / "models" / "en-fr-numbers").model)
+    for model, (config, cls) in model_configs(dims, RepositoryOptions()).items():
+        committed = ROOT / "model_repository" / model
+        assert (committed / "config.pbtxt").read_text() == config, f"{model}/config.pbtxt is stale: re-export"
+        assert (committed / "1" / "model.py").is_file() == (cls is not None)
