@@ -148,11 +148,13 @@ def test_cancelled_request_leaves_the_batch_and_frees_its_rows(tiny):
     engine.stop()
     assert "cancelled" in str(outcome["error"])
     assert len(engine.free_rows) == free_before
+    assert engine._groups == {}
 
 
 def test_sequential_single_sentence_requests_never_see_a_previous_sentence(tiny):
     """Regression: per-group cross-attention memory was cached by id() of sentence objects, which
-    Python reuses after a sentence finishes, so a new request could decode against old memory."""
+    Python reuses after a sentence finishes, so a new request could decode against old memory.
+    A new sentence also reuses a finished one's memory row: its memory must replace it."""
     model, onnx_model = tiny
     engine = engine_for(onnx_model)
     srcs = sources(40, model.config.src_vocab_size, seed=21)
@@ -205,3 +207,74 @@ def test_a_failing_encode_fails_only_the_requests_it_was_admitting(tiny):
     results, error = outcome["running"]
     assert error is None and tokens(results) == tokens(reference_decode(model, running, opts))
     assert len(engine.free_rows) == rows  # every row came back
+    assert engine._groups == {}  # and the memory groups emptied
+
+
+def test_a_long_source_joining_short_ones_widens_then_narrows_the_memory(tiny):
+    """The memory group grows when a longer source joins mid-decode and narrows once it leaves;
+    every sentence keeps exactly its own memory throughout."""
+    model, onnx_model = tiny
+    engine = engine_for(onnx_model, max_target_len=40)
+    opts = SearchOptions(beam_size=2, max_length=40, max_length_a=1.0, max_length_b=2)
+    rng = np.random.default_rng(3)
+    short = [[*rng.integers(4, 61, size=int(rng.integers(2, 6))).tolist(), 2] for _ in range(10)]
+    long = [[*rng.integers(4, 61, size=70).tolist(), 2]]
+    widths = []
+    real_step = engine._step
+
+    def step():
+        real_step()
+        widths.append(max((g.width for g in engine._groups.values()), default=0))
+
+    engine._step = step
+    got = {}
+    first = threading.Thread(target=lambda: got.update(a=engine.translate(short[:5], opts, timeout=60)))
+    first.start()
+    time.sleep(0.01)
+    got["long"] = engine.translate(long, opts, timeout=60)  # shorter max length: leaves early
+    got["b"] = engine.translate(short[5:], opts, timeout=60)
+    first.join()
+    engine.stop()
+    for key, srcs in (("a", short[:5]), ("long", long), ("b", short[5:])):
+        assert tokens(got[key]) == tokens(reference_decode(model, srcs, opts)), key
+    assert max(widths) >= 71 and widths[-1] < 20  # widened for the long source, narrowed after
+
+
+def test_memory_group_rows_follow_their_sentences_through_removal_growth_and_shrinking():
+    from nmtserve.runtime.arrays import HOST
+    from nmtserve.runtime.spec import ModelSpec
+    from nmtserve.server.engine import _MemoryGroup, _Sentence
+
+    spec = ModelSpec(layers=2, heads=2, d_k=3, vocab=10, max_positions=64, pad_id=0, bos_id=1, eos_id=2, unk_id=3)
+    rng = np.random.default_rng(0)
+
+    def sentence(n):
+        s = _Sentence(request=None, index=0, search=None, rows=np.zeros(1, np.int64), start=0,
+                      table=np.zeros((1, 1), np.int64), src_len=n)
+        s.memory = ([rng.standard_normal((2, 3, n)).astype(np.float32) for _ in range(2)],
+                    [rng.standard_normal((2, n, 3)).astype(np.float32) for _ in range(2)])
+        return s
+
+    def check(group):
+        for row, s in enumerate(group.members):
+            assert s.mem_row == row
+            for layer in range(2):
+                np.testing.assert_array_equal(group.keys[layer][row, :, :, : s.src_len], s.memory[0][layer])
+                np.testing.assert_array_equal(group.values[layer][row, :, : s.src_len], s.memory[1][layer])
+
+    group = _MemoryGroup(HOST, spec, np.float32, capacity=4, width=5)
+    sentences = [sentence(n) for n in (3, 5, 2)]
+    for s in sentences:
+        group.add(s, *s.memory)
+    group.remove(sentences[0])  # the last row moves into row 0
+    assert [s.src_len for s in group.members] == [2, 5]
+    check(group)
+    wide = sentence(30)
+    group = _MemoryGroup(HOST, spec, np.float32, 4, 30, previous=group)  # grown for a longer source
+    group.add(wide, *wide.memory)
+    check(group)
+    assert group.fitted() is group
+    group.remove(wide)
+    narrow = group.fitted()
+    assert narrow is not group and narrow.width == 5
+    check(narrow)

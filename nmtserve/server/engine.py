@@ -28,7 +28,6 @@ Torch-free and Triton-free: the runtime is anything with ``spec``, ``encode(src_
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
@@ -87,12 +86,8 @@ class _Sentence:
     rows: np.ndarray  # (K,) cache rows this sentence writes
     start: int  # global time of its first step
     table: np.ndarray  # (K, max_len) ancestor row at each local time
-    mem_k: list  # per layer (h, d_k, S), backend arrays
-    mem_v: list  # per layer (h, S, d_k)
     src_len: int
-    # Unique for the engine's lifetime: id() of a finished sentence is reused by new objects,
-    # so it must never key a cache.
-    uid: int = field(default_factory=itertools.count().__next__)
+    mem_row: int = -1  # its row in its beam width's _MemoryGroup
 
 
 class EngineStopped(RuntimeError):
@@ -126,7 +121,7 @@ class InflightBatcher:
         self._cond = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
-        self._memory_cache: dict[tuple[int, ...], tuple] = {}
+        self._groups: dict[int, _MemoryGroup] = {}  # beam width -> its running sentences
         # Preselect when it shrinks what the search reads by > 4x (always, for real vocabularies).
         self.preselect = preselect if preselect is not None else spec.vocab > 4 * (2 * max_beam + 1)
         self.stats = {"steps": 0, "sentences": 0, "requests": 0, "max_batch_seen": 0, "preselect_declined": 0}
@@ -204,7 +199,7 @@ class InflightBatcher:
         for s in self.active:
             self.free_rows.extend(s.rows.tolist())
         self.active = []
-        self._memory_cache.clear()
+        self._groups.clear()
         for r in requests:
             if not r.failed:
                 r.failed = True
@@ -248,11 +243,10 @@ class InflightBatcher:
             search = SentenceSearch(request.options, n, bos_id=self.spec.bos_id, eos_id=self.spec.eos_id)
             k = request.options.beam_size
             rows = np.array([self.free_rows.popleft() for _ in range(k)], dtype=np.int64)
-            self.active.append(_Sentence(
-                request=request, index=i, search=search, rows=rows, start=self.g,
-                table=np.repeat(rows[:, None], max(search.max_len, 1), axis=1),
-                mem_k=[k_[row, :, :, :n] for k_ in keys], mem_v=[v_[row, :, :n] for v_ in values], src_len=n,
-            ))
+            sentence = _Sentence(request=request, index=i, search=search, rows=rows, start=self.g,
+                                 table=np.repeat(rows[:, None], max(search.max_len, 1), axis=1), src_len=n)
+            self.active.append(sentence)
+            self._group(k, n).add(sentence, [k_[row] for k_ in keys], [v_[row] for v_ in values])
         self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], len(self.active))
 
     def _compact(self) -> None:
@@ -266,28 +260,14 @@ class InflightBatcher:
             s.start -= lo
         self.g = span
 
-    def _memory(self, group: list[_Sentence]) -> tuple[list, list, np.ndarray]:
-        """Stacked cross-attention K/V (backend arrays) and host source mask of a group; rebuilt
-        only when the group changes."""
-        key = tuple(s.uid for s in group)
-        cached = self._memory_cache.get(key)
-        if cached is not None:
-            return cached
-        width = max(s.src_len for s in group)
-        spec = self.spec
-        b = len(group)
-        mem_k = [self.arrays.zeros((b, spec.heads, spec.d_k, width), self._float) for _ in range(spec.layers)]
-        mem_v = [self.arrays.zeros((b, spec.heads, width, spec.d_k), self._float) for _ in range(spec.layers)]
-        src_mask = np.zeros((b, width), dtype=bool)
-        for row, s in enumerate(group):
-            src_mask[row, : s.src_len] = True
-            for layer in range(spec.layers):
-                mem_k[layer][row, :, :, : s.src_len] = s.mem_k[layer]
-                mem_v[layer][row, :, : s.src_len] = s.mem_v[layer]
-        if len(self._memory_cache) > 8:
-            self._memory_cache.clear()
-        self._memory_cache[key] = (mem_k, mem_v, src_mask)
-        return mem_k, mem_v, src_mask
+    def _group(self, beam: int, src_len: int) -> _MemoryGroup:
+        """The memory group of a beam width, wide enough for ``src_len`` source tokens."""
+        group = self._groups.get(beam)
+        if group is None or group.width < src_len:
+            width = max(src_len, group.widest() if group else 0)
+            self._groups[beam] = group = _MemoryGroup(self.arrays, self.spec, self._float, self.max_sentences,
+                                                      width, previous=group)
+        return group
 
     def _drop_cancelled(self) -> None:
         cancelled = {s.request for s in self.active if s.request.cancelled and s.request.cancelled()}
@@ -300,7 +280,7 @@ class InflightBatcher:
         keep = []
         for s in self.active:
             if s.request in requests:
-                self.free_rows.extend(s.rows.tolist())
+                self._release(s)
             else:
                 keep.append(s)
         self.active = keep
@@ -315,12 +295,11 @@ class InflightBatcher:
         self._drop_cancelled()
         if not self.active:
             return
-        groups: dict[int, list[_Sentence]] = {}
-        for s in self.active:
-            groups.setdefault(s.search.options.beam_size, []).append(s)
         g = self.g
         finished: list[_Sentence] = []
-        for k, group in groups.items():
+        for k in list(self._groups):
+            memory = self._groups[k] = self._groups[k].fitted()
+            group = memory.members  # in memory-row order: every per-sentence input follows it
             t_lo = min(s.start for s in group)
             t_len = max(g - t_lo, 1)  # >= 1: a fresh batch attends a masked dummy slot
             b = len(group)
@@ -331,7 +310,8 @@ class InflightBatcher:
                 cache_rows[row] = s.rows[0]
                 cache_rows[row, :, off : off + t] = s.table[:, :t]
                 past_mask[row, off : off + t] = True
-            mem_k, mem_v, src_mask = self._memory(group)
+            b = len(group)
+            src_mask = np.arange(memory.width)[None, :] < np.array([s.src_len for s in group])[:, None]
             feeds = {
                 "input_ids": np.stack([s.search.tokens for s in group]).astype(np.int32),
                 "position": np.array([s.search.t for s in group], dtype=np.int32),
@@ -342,8 +322,8 @@ class InflightBatcher:
             for i in range(self.spec.layers):
                 feeds[f"past_key.{i}"] = self.past_keys[i][t_lo : t_lo + t_len]
                 feeds[f"past_value.{i}"] = self.past_values[i][t_lo : t_lo + t_len]
-                feeds[f"memory_key.{i}"] = mem_k[i]
-                feeds[f"memory_value.{i}"] = mem_v[i]
+                feeds[f"memory_key.{i}"] = memory.keys[i][:b]  # rows [0, b): contiguous, read in place
+                feeds[f"memory_value.{i}"] = memory.values[i][:b]
             out = self.runtime.run_step(feeds)
             write_rows = self.arrays.asarray(np.concatenate([s.rows for s in group]))
             n = self.spec.layers
@@ -365,7 +345,7 @@ class InflightBatcher:
             done = set(map(id, finished))
             self.active = [s for s in self.active if id(s) not in done]
             for s in finished:
-                self.free_rows.extend(s.rows.tolist())
+                self._release(s)
                 self._finish(s)
         if self.active and self.g + 1 >= self.pool_time:
             self._compact()
@@ -383,6 +363,14 @@ class InflightBatcher:
                 self.stats["preselect_declined"] += 1  # a tie at the cut-off: exactness needs them all
         return arrays.asnumpy(log_probs)
 
+    def _release(self, s: _Sentence) -> None:
+        self.free_rows.extend(s.rows.tolist())
+        beam = s.search.options.beam_size
+        group = self._groups[beam]
+        group.remove(s)
+        if not group.members:
+            del self._groups[beam]  # a later sentence starts a fresh group, as wide as it needs
+
     def _finish(self, s: _Sentence) -> None:
         request = s.request
         if request.failed:
@@ -393,6 +381,62 @@ class InflightBatcher:
         if request.remaining == 0:
             self.stats["requests"] += 1
             request.callback(request.results, None)  # type: ignore[arg-type]
+
+
+class _MemoryGroup:
+    """Cross-attention memory of the running sentences of one beam width, one row each.
+
+    Per layer, buffers ``(capacity, h, d_k, width)`` / ``(capacity, h, width, d_k)`` hold the
+    members' encoder outputs in rows ``[0, count)``, in ``members`` order, so a step feeds
+    ``buffer[:count]`` in place: nothing is restacked per step. A sentence that leaves is
+    replaced by the last row (one row copy per layer); one that joins is written into the next
+    row. ``width`` covers the longest source seen; positions past a sentence's own length are
+    masked (their contents are stale but finite). It grows by reallocation when a longer source
+    joins and shrinks when it is more than twice what the members need (``fit``).
+    """
+
+    def __init__(self, arrays: ArrayBackend, spec: ModelSpec, dtype, capacity: int, width: int,
+                 previous: _MemoryGroup | None = None):
+        self.arrays, self.spec, self.dtype, self.capacity, self.width = arrays, spec, dtype, capacity, width
+        self.keys = [arrays.zeros((capacity, spec.heads, spec.d_k, width), dtype) for _ in range(spec.layers)]
+        self.values = [arrays.zeros((capacity, spec.heads, width, spec.d_k), dtype) for _ in range(spec.layers)]
+        self.members: list[_Sentence] = []
+        if previous is not None and previous.members:
+            b, w = len(previous.members), min(previous.width, width)
+            for layer in range(spec.layers):
+                self.keys[layer][:b, :, :, :w] = previous.keys[layer][:b, :, :, :w]
+                self.values[layer][:b, :, :w] = previous.values[layer][:b, :, :w]
+            self.members = previous.members
+
+    def widest(self) -> int:
+        return max((s.src_len for s in self.members), default=0)
+
+    def add(self, s: _Sentence, keys: list, values: list) -> None:
+        """Append ``s`` with its encoder outputs (per layer (h, d_k, S) / (h, S, d_k), S >= src_len)."""
+        row, n = len(self.members), s.src_len
+        for layer in range(self.spec.layers):
+            self.keys[layer][row, :, :, :n] = keys[layer][:, :, :n]
+            self.values[layer][row, :, :n] = values[layer][:, :n]
+        s.mem_row = row
+        self.members.append(s)
+
+    def remove(self, s: _Sentence) -> None:
+        row, last = s.mem_row, len(self.members) - 1
+        if row != last:
+            moved = self.members[last]
+            for buf in (*self.keys, *self.values):
+                buf[row] = buf[last]
+            self.members[row], moved.mem_row = moved, row
+        self.members.pop()
+        s.mem_row = -1
+
+    def fitted(self) -> _MemoryGroup:
+        """This group, or a narrower copy when it is more than twice as wide as its members need
+        (the decoder's cross-attention costs in proportion to the width it is given)."""
+        need = self.widest()
+        if self.width <= 2 * need + 8:
+            return self
+        return _MemoryGroup(self.arrays, self.spec, self.dtype, self.capacity, need, previous=self)
 
 
 class CancelledError(RuntimeError):

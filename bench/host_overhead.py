@@ -1,0 +1,123 @@
+"""Host-side cost of one in-flight batcher step, with a runtime that costs (almost) nothing.
+
+    python bench/host_overhead.py [--sentences 640] [--batch 64] [--beam 4] [--vocab 800] [--profile]
+
+On a GPU the decoder step of a small model takes about a millisecond; what the Python engine
+spends around it per step (admission, the cache tables, the cross-attention memory restack,
+the search) then bounds the throughput. This measures that bound on the machine it runs on:
+``InflightBatcher`` over a null runtime that returns log-probs drawn from a precomputed bank
+(EOS getting likelier with length, so sentences end at varied lengths) and zero K/V. Reports
+host milliseconds per step, steps, and the sentences/s ceiling; ``--profile`` adds the top
+functions. ``--no-preselect`` makes the search read the full log-probs (the host path on CPU;
+on a GPU ``preselect`` runs on the device, so the CPU's ``argpartition`` share is not host time
+there). Results go to bench/results/host-overhead-*.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+import time
+
+import numpy as np
+from _common import load_average, machine, versions, write_json
+
+from nmtserve.decoding.search import SearchOptions
+from nmtserve.runtime.spec import ModelSpec
+from nmtserve.server.engine import InflightBatcher
+
+
+class NullRuntime:
+    """Log-probs from a bank of random arrays; K/V zeros. Costs ~0.1 ms per step."""
+
+    def __init__(self, spec: ModelSpec, batch: int, beam: int, seed: int = 0):
+        self.spec = spec
+        rng = np.random.default_rng(seed)
+        bank = rng.standard_normal((8, batch, beam, spec.vocab)).astype(np.float32) * 3
+        bank -= np.log(np.exp(bank).sum(-1, keepdims=True))
+        self.bank, self.calls = bank, 0
+        self.kv = np.zeros((batch, beam, spec.heads, spec.d_k), np.float32)
+
+    def encode(self, src: np.ndarray):
+        b, s = src.shape
+        spec = self.spec
+        return ([np.zeros((b, spec.heads, spec.d_k, s), np.float32)] * spec.layers,
+                [np.zeros((b, spec.heads, s, spec.d_k), np.float32)] * spec.layers)
+
+    def run_step(self, feeds: dict) -> list:
+        b, k = feeds["input_ids"].shape
+        self.calls += 1
+        lp = self.bank[self.calls % len(self.bank), :b, :k].copy()
+        lp[..., self.spec.eos_id] = -4.0 + 0.15 * feeds["position"][:, None]  # EOS likelier with length
+        return [lp] + [self.kv[:b, :k]] * (2 * self.spec.layers)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sentences", type=int, default=640)
+    ap.add_argument("--batch", type=int, default=64, help="running sentences")
+    ap.add_argument("--beam", type=int, default=4)
+    ap.add_argument("--vocab", type=int, default=800)
+    ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--no-preselect", action="store_true")
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args(argv)
+
+    spec = ModelSpec(layers=args.layers, heads=8, d_k=64, vocab=args.vocab, max_positions=512, pad_id=0, bos_id=1,
+                     eos_id=2, unk_id=3, max_batch=args.batch)
+    rng = np.random.default_rng(1)
+    sources = [[5] * int(rng.integers(4, 30)) + [2] for _ in range(args.sentences)]
+    options = SearchOptions(beam_size=args.beam, max_length=80, max_length_a=2.0, max_length_b=10)
+    engine = InflightBatcher(NullRuntime(spec, args.batch, args.beam), max_sentences=args.batch,
+                             max_beam=args.beam, preselect=not args.no_preselect).start()
+    for buf in (*engine.past_keys, *engine.past_values):
+        buf.fill(0)  # steady state: a long-running server has touched every page of its pool
+    engine.translate(sources[:8], options, timeout=600)  # warm-up
+    steps0 = engine.stats["steps"]
+    load = load_average()
+    started = time.perf_counter()
+    engine.translate(sources, options, timeout=3600)
+    seconds = time.perf_counter() - started
+    engine.stop()
+    steps = engine.stats["steps"] - steps0
+    out = {"machine": machine(), "versions": versions("numpy"), "args": vars(args), "steps": steps,
+           "seconds": seconds, "ms_per_step": 1e3 * seconds / steps, "sentences_per_s": len(sources) / seconds,
+           "load_before": load}
+    print(f"{steps} steps in {seconds:.2f} s: {out['ms_per_step']:.2f} ms of host time per step "
+          f"(up to {args.batch} sentences x beam {args.beam}, vocabulary {args.vocab}, {args.layers} layers); "
+          f"ceiling {out['sentences_per_s']:.0f} sentences/s")
+    if args.profile:
+        out["profile"] = profile_engine_loop(spec, args, sources, options)
+        print(out["profile"])
+    print(f"written {write_json('host-overhead', out)}")
+    return 0
+
+
+def profile_engine_loop(spec, args, sources, options) -> str:
+    """The engine loop run in this thread under cProfile (``_admit`` / ``_step`` as its thread does)."""
+    from nmtserve.server.engine import _Request
+
+    engine = InflightBatcher(NullRuntime(spec, args.batch, args.beam), max_sentences=args.batch,
+                             max_beam=args.beam, preselect=not args.no_preselect)
+    for buf in (*engine.past_keys, *engine.past_values):
+        buf.fill(0)
+    done: list = []
+    for src in sources:
+        engine.pending.append(_Request([src], options, lambda r, e: done.append(r)))
+    profiler = cProfile.Profile()
+    profiler.enable()
+    while len(done) < len(sources):
+        engine._admit()
+        if engine.active:
+            engine._step()
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(12)
+    return text.getvalue()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
