@@ -13,6 +13,11 @@ which row holds each hypothesis' ancestor at each of its local times (cache indi
 contiguous slice) and a mask of each sentence's own times inside it. When ``g`` reaches the end
 of the pool, the live window is copied to the front (once per ~``T_pool / 2`` steps).
 
+The cross-attention memory of the running sentences of one beam width sits in one set of
+buffers, a row per sentence, in the order the step feeds them (``_MemoryGroup``): a step reads
+``buffer[:b]`` in place, a sentence that leaves is replaced by the last row, one that joins is
+written once into the next. Nothing is restacked per step.
+
 The pool and the cross-attention memory live in the runtime's ``arrays`` backend
 (``nmtserve.runtime.arrays``): NumPy for the CPU runtimes, CuPy on a GPU, where they never leave
 the device. A step hands the runtime small host tables (ids, positions, ``cache_rows``, masks)
