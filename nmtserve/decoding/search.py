@@ -191,13 +191,24 @@ class SentenceSearch:
         self.options, self.eos_id = options, eos_id
         self.max_len = options.max_length_for(source_length)
         self.pool = _Finished(options.n_finished)
-        self.seqs: list[list[int]] = [[] for _ in range(k)]  # generated tokens of the running beams
+        # Back-pointers: entry t holds the token each running beam took at step t and its parent
+        # among step t-1's beams, so a hypothesis' tokens are rebuilt only when it finishes
+        # (``prefix``) instead of every beam's sequence being copied at every step.
+        self.history: list[tuple[list[int], list[int]]] = []
         self.scores = np.full(k, _INITIAL_OTHER_BEAMS, dtype=np.float64)
         self.scores[0] = 0.0
         self.tokens = np.full(k, bos_id, dtype=np.int64)  # input of the next step
         self.parents: np.ndarray | None = None  # parent of each beam among the previous step's
         self.t = 0  # tokens generated so far
         self.done = False
+
+    def prefix(self, beam: int) -> list[int]:
+        """Tokens generated so far by running beam ``beam``."""
+        out = []
+        for tokens, parents in reversed(self.history):
+            out.append(tokens[beam])
+            beam = parents[beam]
+        return out[::-1]
 
     def results(self) -> list[Hypothesis]:
         return sorted(self.pool.hyps, key=lambda h: -h.score)[: self.options.num_hypotheses]
@@ -230,33 +241,42 @@ def advance(searches: list[SentenceSearch], log_probs: np.ndarray | Candidates) 
         cand = (scores[:, :, None] + log_probs).reshape(b, k * vocab)
         top = _topk_desc(cand, 2 * k)  # (b, 2K)
         top_scores = np.take_along_axis(cand, top, axis=1)
-    top_beam, top_token = top // vocab, top % vocab
-    for row, search in enumerate(searches):
-        _advance_one(search, top_beam[row], top_token[row], top_scores[row])
+    _advance_group(searches, top // vocab, top % vocab, top_scores)
 
 
-def _advance_one(s: SentenceSearch, top_beam: np.ndarray, top_token: np.ndarray, top_scores: np.ndarray) -> None:
-    k, lp, eos = s.options.beam_size, s.options.length_penalty, s.eos_id
-    gen_len = s.t + 1
-    at_max = gen_len >= s.max_len
-    tokens = np.full(k, eos, dtype=np.int64)
-    parents = np.zeros(k, dtype=np.int64)
-    scores = np.full(k, -np.inf)  # beams V is too small to refill stay dead
-    n_run = 0
-    for rank in range(len(top_beam)):
-        beam, token, score = int(top_beam[rank]), int(top_token[rank]), float(top_scores[rank])
-        if token == eos or at_max:
-            # Only candidates ranked in the top K may finish (transformers' rule).
-            if rank < k and score > -np.inf:
-                s.pool.add(Hypothesis([*s.seqs[beam], token], score / gen_len**lp, score))
-            if token == eos:
-                continue
-        if n_run < k:
-            tokens[n_run], parents[n_run], scores[n_run] = token, beam, score
-            n_run += 1
-    s.seqs = [[*s.seqs[p], int(t)] for p, t in zip(parents, tokens, strict=True)]
-    s.tokens, s.parents, s.scores, s.t = tokens, parents, scores, gen_len
-    s.done = at_max or _is_done(s.pool, scores[0], gen_len, s.max_len, s.options)
+def _advance_group(searches: list[SentenceSearch], top_beam: np.ndarray, top_token: np.ndarray,
+                   top_scores: np.ndarray) -> None:
+    """Apply one step's ranked candidates (b, n), best first, to sentences of beam width K:
+    finished hypotheses go to each sentence's pool, the first K non-EOS candidates run on."""
+    k, eos = searches[0].options.beam_size, searches[0].eos_id
+    b, n = top_token.shape
+    if n < k:  # a vocabulary too small to refill every beam: the missing ones stay dead
+        pad = ((0, 0), (0, k - n))
+        top_beam, top_scores = np.pad(top_beam, pad), np.pad(top_scores, pad, constant_values=-np.inf)
+        top_token = np.pad(top_token, pad, constant_values=eos)
+        n = k
+    gen_len = np.array([s.t for s in searches]) + 1
+    at_max = gen_len >= np.array([s.max_len for s in searches])
+    is_eos = top_token == eos
+    # Only candidates ranked in the top K may finish (transformers' rule); at the maximum length
+    # every top-K candidate finishes, whatever its token.
+    finishing = (is_eos | at_max[:, None]) & (np.arange(n) < k) & (top_scores > -np.inf)
+    for row, col in zip(*np.nonzero(finishing), strict=True):  # row-major: rank order per sentence
+        s, score = searches[row], float(top_scores[row, col])
+        tokens_ = [*s.prefix(int(top_beam[row, col])), int(top_token[row, col])]
+        s.pool.add(Hypothesis(tokens_, score / float(gen_len[row]) ** s.options.length_penalty, score))
+    running = ~is_eos
+    chosen = running & (np.cumsum(running, axis=1) <= k)
+    order = np.argsort(~chosen, axis=1, kind="stable")[:, :k]  # the chosen, in rank order, first
+    valid = np.take_along_axis(chosen, order, axis=1)
+    tokens = np.where(valid, np.take_along_axis(top_token, order, axis=1), eos)
+    parents = np.where(valid, np.take_along_axis(top_beam, order, axis=1), 0)
+    scores = np.where(valid, np.take_along_axis(top_scores, order, axis=1), -np.inf)  # dead beams
+    for row, s in enumerate(searches):
+        t = s.t
+        s.history.append((tokens[row].tolist(), parents[row].tolist()))
+        s.tokens, s.parents, s.scores, s.t = tokens[row], parents[row], scores[row], t + 1
+        s.done = bool(at_max[row]) or _is_done(s.pool, scores[row, 0], t + 1, s.max_len, s.options)
 
 
 def beam_search(
