@@ -269,12 +269,12 @@ def test_memory_group_rows_follow_their_sentences_through_removal_growth_and_shr
     group.remove(sentences[0])  # the last row moves into row 0
     assert [s.src_len for s in group.members] == [2, 5]
     check(group)
-    wide = sentence(30)
-    group = _MemoryGroup(HOST, spec, np.float32, 4, 30, previous=group)  # grown for a longer source
+    wide = sentence(40)
+    group = _MemoryGroup(HOST, spec, np.float32, 4, 48, previous=group)  # grown for a longer source
     group.add(wide, *wide.memory)
     check(group)
     assert group.fitted() is group
     group.remove(wide)
     narrow = group.fitted()
-    assert narrow is not group and narrow.width == 5
+    assert narrow is not group and narrow.width == 16  # widths go in steps of 16
     check(narrow)

@@ -269,7 +269,7 @@ class InflightBatcher:
         """The memory group of a beam width, wide enough for ``src_len`` source tokens."""
         group = self._groups.get(beam)
         if group is None or group.width < src_len:
-            width = max(src_len, group.widest() if group else 0)
+            width = _MemoryGroup.round_width(max(src_len, group.widest() if group else 0), self.spec.max_source_len)
             self._groups[beam] = group = _MemoryGroup(self.arrays, self.spec, self._float, self.max_sentences,
                                                       width, previous=group)
         return group
@@ -396,8 +396,8 @@ class _MemoryGroup:
     ``buffer[:count]`` in place: nothing is restacked per step. A sentence that leaves is
     replaced by the last row (one row copy per layer); one that joins is written into the next
     row. ``width`` covers the longest source seen; positions past a sentence's own length are
-    masked (their contents are stale but finite). It grows by reallocation when a longer source
-    joins and shrinks when it is more than twice what the members need (``fit``).
+    masked (their contents are stale but finite). It grows by reallocation (in steps of 16) when a
+    longer source joins and shrinks when it is more than twice what the members need (``fitted``).
     """
 
     def __init__(self, arrays: ArrayBackend, spec: ModelSpec, dtype, capacity: int, width: int,
@@ -415,6 +415,12 @@ class _MemoryGroup:
 
     def widest(self) -> int:
         return max((s.src_len for s in self.members), default=0)
+
+    @staticmethod
+    def round_width(need: int, limit: int) -> int:
+        """Widths in steps of 16 (at most ``limit``), so that sources a little longer than the
+        last do not reallocate the buffers every time."""
+        return min(limit, -(-need // 16) * 16) if need else 16
 
     def add(self, s: _Sentence, keys: list, values: list) -> None:
         """Append ``s`` with its encoder outputs (per layer (h, d_k, S) / (h, S, d_k), S >= src_len)."""
@@ -438,8 +444,8 @@ class _MemoryGroup:
     def fitted(self) -> _MemoryGroup:
         """This group, or a narrower copy when it is more than twice as wide as its members need
         (the decoder's cross-attention costs in proportion to the width it is given)."""
-        need = self.widest()
-        if self.width <= 2 * need + 8:
+        need = self.round_width(self.widest(), self.spec.max_source_len)
+        if self.width <= 2 * need:
             return self
         return _MemoryGroup(self.arrays, self.spec, self.dtype, self.capacity, need, previous=self)
 
