@@ -315,7 +315,6 @@ class InflightBatcher:
                 cache_rows[row] = s.rows[0]
                 cache_rows[row, :, off : off + t] = s.table[:, :t]
                 past_mask[row, off : off + t] = True
-            b = len(group)
             src_mask = np.arange(memory.width)[None, :] < np.array([s.src_len for s in group])[:, None]
             feeds = {
                 "input_ids": np.stack([s.search.tokens for s in group]).astype(np.int32),
