@@ -278,3 +278,23 @@ def test_memory_group_rows_follow_their_sentences_through_removal_growth_and_shr
     narrow = group.fitted()
     assert narrow is not group and narrow.width == 16  # widths go in steps of 16
     check(narrow)
+
+
+def test_memory_groups_start_small_and_grow_to_the_batch(tiny):
+    model, onnx_model = tiny
+    engine = engine_for(onnx_model, max_sentences=12)
+    capacities = []
+    real_group = engine._group
+
+    def group(beam, src_len):
+        g = real_group(beam, src_len)
+        capacities.append(g.capacity)
+        return g
+
+    engine._group = group
+    srcs = sources(30, model.config.src_vocab_size, seed=41)
+    opts = SearchOptions(beam_size=2, max_length=20)
+    got = engine.translate(srcs, opts, timeout=60)
+    engine.stop()
+    assert tokens(got) == tokens(reference_decode(model, srcs, opts))
+    assert capacities[0] == 8 and max(capacities) == 12  # doubled, capped at max_sentences

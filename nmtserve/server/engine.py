@@ -266,12 +266,18 @@ class InflightBatcher:
         self.g = span
 
     def _group(self, beam: int, src_len: int) -> _MemoryGroup:
-        """The memory group of a beam width, wide enough for ``src_len`` source tokens."""
+        """The memory group of a beam width with room for one more sentence of ``src_len``
+        source tokens. Buffers grow on demand (rows doubling up to ``max_sentences``), so beam
+        widths that few requests use do not each hold memory for a full batch."""
         group = self._groups.get(beam)
-        if group is None or group.width < src_len:
+        full = group is not None and len(group.members) == group.capacity
+        if group is None or group.width < src_len or full:
             width = _MemoryGroup.round_width(max(src_len, group.widest() if group else 0), self.spec.max_source_len)
-            self._groups[beam] = group = _MemoryGroup(self.arrays, self.spec, self._float, self.max_sentences,
-                                                      width, previous=group)
+            capacity = group.capacity if group is not None else min(8, self.max_sentences)
+            if full:
+                capacity = min(2 * capacity, self.max_sentences)
+            self._groups[beam] = group = _MemoryGroup(self.arrays, self.spec, self._float, capacity, width,
+                                                      previous=group)
         return group
 
     def _drop_cancelled(self) -> None:
