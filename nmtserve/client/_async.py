@@ -24,31 +24,8 @@ class AsyncTranslator(BaseTranslator):
     bounds the requests in flight across all concurrent calls on this translator.
     """
 
-    def __init__(
-        self,
-        url: str | None = None,
-        protocol: str = C.DEFAULT_PROTOCOL,
-        model: str = C.DEFAULT_MODEL,
-        *,
-        timeout: float | None = C.DEFAULT_TIMEOUT,
-        deadline: float | None = None,
-        max_retries: int = C.DEFAULT_MAX_RETRIES,
-        batch_size: int = C.DEFAULT_BATCH_SIZE,
-        max_batch_tokens: int | None = C.DEFAULT_MAX_BATCH_TOKENS,
-        concurrency: int = C.DEFAULT_CONCURRENCY,
-    ) -> None:
-        super().__init__(
-            url,
-            protocol,
-            model,
-            timeout=timeout,
-            deadline=deadline,
-            max_retries=max_retries,
-            batch_size=batch_size,
-            max_batch_tokens=max_batch_tokens,
-            concurrency=concurrency,
-        )
-        self._transport = ASYNC_TRANSPORTS[protocol](self.url, self.timeout, self.concurrency)
+    def _open(self) -> None:
+        self._transport = ASYNC_TRANSPORTS[self.protocol](self.url, self.timeout, self.concurrency)
         self._slots = asyncio.Semaphore(self.concurrency)
         self._closed = False
 

@@ -87,6 +87,12 @@ class BaseTranslator:
         )
         self.concurrency = _positive_int("concurrency", concurrency)
         self.retry_policy = RetryPolicy(max_retries=max_retries)
+        self._open()
+
+    def _open(self) -> None:
+        """Set up the transport and the concurrency limit (sync or asyncio); runs at the end of
+        ``__init__``, once the arguments are checked."""
+        raise NotImplementedError
 
     @property
     def endpoint(self) -> str:

@@ -43,31 +43,8 @@ class Translator(BaseTranslator):
     Thread-safe; use it as a context manager or call ``close()``.
     """
 
-    def __init__(
-        self,
-        url: str | None = None,
-        protocol: str = C.DEFAULT_PROTOCOL,
-        model: str = C.DEFAULT_MODEL,
-        *,
-        timeout: float | None = C.DEFAULT_TIMEOUT,
-        deadline: float | None = None,
-        max_retries: int = C.DEFAULT_MAX_RETRIES,
-        batch_size: int = C.DEFAULT_BATCH_SIZE,
-        max_batch_tokens: int | None = C.DEFAULT_MAX_BATCH_TOKENS,
-        concurrency: int = C.DEFAULT_CONCURRENCY,
-    ) -> None:
-        super().__init__(
-            url,
-            protocol,
-            model,
-            timeout=timeout,
-            deadline=deadline,
-            max_retries=max_retries,
-            batch_size=batch_size,
-            max_batch_tokens=max_batch_tokens,
-            concurrency=concurrency,
-        )
-        self._transport = SYNC_TRANSPORTS[protocol](self.url, self.timeout, self.concurrency)
+    def _open(self) -> None:
+        self._transport = SYNC_TRANSPORTS[self.protocol](self.url, self.timeout, self.concurrency)
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self._closed = False
