@@ -44,7 +44,7 @@ class ExportOptions:
     beam_size: int = 4
     parity_sentences: int = 50
     skip_parity: bool = False
-    front_instances: int = 16
+    front_instances: int = RepositoryOptions.front_instances
     step_backend: str = ""  # how generate_engine runs the graphs; "": the target's default
 
 

@@ -6,9 +6,9 @@ they stay on the device for the whole decode: a step uploads the small index tab
 positions, ``cache_rows``, masks) and downloads each hypothesis' best 2K+1 log-probabilities
 (``search.preselect``, run on the device); the cache never crosses.
 
-``HostArrays`` is NumPy (the CPU runtimes). ``CupyArrays`` is CuPy on one GPU with one
-non-blocking CUDA stream that TensorRT and ONNX Runtime are given too, so every kernel of a step
-is ordered on one stream without device-wide synchronisation.
+``ArrayBackend`` itself is NumPy (``HOST``, the CPU runtimes). ``CupyArrays`` is CuPy on one
+GPU with one non-blocking CUDA stream that TensorRT and ONNX Runtime are given too, so every
+kernel of a step is ordered on one stream without device-wide synchronisation.
 """
 
 from __future__ import annotations
@@ -67,11 +67,7 @@ class ArrayBackend:
         pass
 
 
-class HostArrays(ArrayBackend):
-    pass
-
-
-HOST = HostArrays()
+HOST = ArrayBackend()
 
 
 class CupyArrays(ArrayBackend):  # pragma: no cover - needs CUDA and CuPy
