@@ -369,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         repo = tmp / "repo"
         export(args.checkpoint, ExportOptions(repository=repo, skip_parity=True, max_target_len=MAX_CAP,
                                               max_source_len=MAX_CAP, max_batch=64))
-        art = repo / "generate_engine" / "1"
+        art = repo / "generate" / "1"
         spec = ModelSpec.load(art / "model.json")
 
         # The reference always runs first: every other row is compared with it.

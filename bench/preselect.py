@@ -65,7 +65,7 @@ def demo_model(tmp: Path, n: int, threads: int):
 
     tmp.mkdir(parents=True, exist_ok=True)
     export(DEFAULT_CHECKPOINT, ExportOptions(repository=tmp / "repo", skip_parity=True))
-    art = tmp / "repo" / "generate_engine" / "1"
+    art = tmp / "repo" / "generate" / "1"
     runtime = OnnxModel(art / "encoder.onnx", art / "decoder.onnx", ModelSpec.load(art / "model.json"), threads=threads)
     tok = load_checkpoint(DEFAULT_CHECKPOINT).tokenizer
     texts, _ = load_test_set(DEFAULT_CHECKPOINT, n)

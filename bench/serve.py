@@ -168,8 +168,8 @@ def front_instances(repo: Path) -> int:
 
 
 def set_step_backend(repo: Path, backend: str) -> None:
-    """Rewrite generate_engine's ``step_backend`` parameter (the server reads it at load)."""
-    config = repo / "generate_engine" / "config.pbtxt"
+    """Rewrite generate's ``step_backend`` parameter (the server reads it at load)."""
+    config = repo / "generate" / "config.pbtxt"
     text = config.read_text()
     for current in ("inprocess", "bls"):
         old = f'key: "step_backend" value: {{ string_value: "{current}" }}'

@@ -117,11 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-source-len", type=int, default=None, help="max source tokens (default: min(256, model positions))")
     p.add_argument("--max-target-len", type=int, default=None, help="max generated tokens (default: min(256, model positions - 1))")
     p.add_argument("--beam-size", type=int, default=4, help="default beam width served")
-    p.add_argument("--front-instances", type=int, default=16,
-                   help="requests decoded concurrently (instances of the `generate` front, ~43 MB each; "
-                        "32 one-sentence clients on 2 cores: 8 -> 55, 16 -> 63, 32 -> 68 sentences/s)")
     p.add_argument("--step-backend", default="", metavar="{inprocess,tensorrt,onnxruntime-cuda,bls}",
-                   help="how generate_engine runs the graphs (default: inprocess on cpu, tensorrt on gpu; "
+                   help="how generate runs the graphs (default: inprocess on cpu, tensorrt on gpu; "
                         "onnxruntime-cuda: gpu without TensorRT plans; bls: through the encoder/decoder models)")
     p.add_argument("--parity-sentences", type=int, default=50, help="sentences in the ONNX-vs-PyTorch parity check")
     p.add_argument("--skip-parity", action="store_true", help="skip the parity check (not recommended)")

@@ -234,18 +234,18 @@ def _params(config: str) -> dict[str, str]:
     return dict(re.findall(r'parameters \{ key: "([^"]+)" value: \{ string_value: "([^"]*)" \} \}', config))
 
 
-def test_gpu_target_runs_generate_engine_on_the_tensorrt_plans_one_instance_per_gpu(tmp_path):
-    gpu = model_configs(DIMS, RepositoryOptions(target="gpu"))["generate_engine"][0]
+def test_gpu_target_runs_generate_on_the_tensorrt_plans_one_instance_per_gpu(tmp_path):
+    gpu = model_configs(DIMS, RepositoryOptions(target="gpu"))["generate"][0]
     params = _params(gpu)
     assert params["step_backend"] == "tensorrt" and "kind: KIND_GPU" in gpu
-    # The plan parameters are relative to generate_engine/1 and name the plans the container places.
-    version_dir = tmp_path / "generate_engine" / "1"
+    # The plan parameters are relative to generate/1 and name the plans the container places.
+    version_dir = tmp_path / "generate" / "1"
     for model in ("encoder", "decoder"):
         assert (version_dir / params[f"{model}_plan"]).resolve() == (tmp_path / model / "1" / engines.PLAN_FILE)
 
 
-def test_cpu_target_runs_generate_engine_in_process_on_the_cpu():
-    cpu = model_configs(DIMS, RepositoryOptions(target="cpu"))["generate_engine"][0]
+def test_cpu_target_runs_generate_in_process_on_the_cpu():
+    cpu = model_configs(DIMS, RepositoryOptions(target="cpu"))["generate"][0]
     params = _params(cpu)
     assert params["step_backend"] == "inprocess" and "kind: KIND_CPU" in cpu
     assert "encoder_plan" not in params
@@ -253,7 +253,7 @@ def test_cpu_target_runs_generate_engine_in_process_on_the_cpu():
 
 def test_gpu_target_can_run_without_tensorrt_on_onnx_runtime_cuda(tmp_path):
     opts = RepositoryOptions(target="gpu", step_backend="onnxruntime-cuda")
-    config = model_configs(DIMS, opts)["generate_engine"][0]
+    config = model_configs(DIMS, opts)["generate"][0]
     assert _params(config)["step_backend"] == "onnxruntime-cuda" and "kind: KIND_GPU" in config
     write_repository(tmp_path, DIMS, {}, opts)
     assert engines.tensorrt_models(tmp_path) == []  # no plan to build at container start
@@ -285,7 +285,7 @@ def test_gpu_export_over_a_cpu_repository_leaves_no_stale_graph_model_py(tmp_pat
     write_repository(tmp_path, DIMS, {}, RepositoryOptions(target="gpu"))
     assert not (tmp_path / "encoder" / "1" / "model.py").exists()
     assert not (tmp_path / "decoder" / "1" / "model.py").exists()
-    assert (tmp_path / "generate_engine" / "1" / "model.py").is_file()
+    assert (tmp_path / "generate" / "1" / "model.py").is_file()
 
 
 # ---- nmtserve.export.engines: TensorRT replaced at build_engine only ------------------------------
@@ -297,7 +297,7 @@ SPEC = {"layers": DIMS.layers, "heads": DIMS.heads, "d_k": DIMS.d_k, "vocab": DI
 
 def _repository(path: Path, target: str = "gpu", spec: dict | None = None) -> Path:
     write_repository(path, DIMS, {}, RepositoryOptions(target=target))
-    artifacts = path / "generate_engine" / "1"
+    artifacts = path / "generate" / "1"
     (artifacts / "model.json").write_text(json.dumps(spec or SPEC))
     for graph in ("encoder", "decoder"):
         (artifacts / f"{graph}.onnx").write_bytes(f"onnx graph {graph}".encode())
@@ -353,7 +353,7 @@ def test_build_gets_the_export_profile_the_graph_inputs_and_a_timing_cache(tmp_p
     assert encoder["opts"] == BuildOptions(max_batch=16, max_beam=8, max_source_len=128, max_target_len=100, fp16=False)
     assert encoder["inputs"] == graphs.encoder_inputs()
     assert decoder["inputs"] == graphs.decoder_inputs(DIMS)
-    assert encoder["onnx"] == tmp_path / "models" / "generate_engine" / "1" / "encoder.onnx"
+    assert encoder["onnx"] == tmp_path / "models" / "generate" / "1" / "encoder.onnx"
     assert encoder["timing_cache"] == decoder["timing_cache"] == tmp_path / "cache" / "fake-gpu-sm9.0-trt10.5.0" / "timing.cache"
 
 
@@ -368,7 +368,7 @@ def test_a_second_start_reuses_current_plans_and_copies_nothing(tmp_path, fake_b
 def test_a_changed_onnx_graph_rebuilds_and_replaces_only_that_plan(tmp_path, fake_build):
     repo = _repository(tmp_path / "models")
     _prepare(repo, tmp_path / "cache")
-    (repo / "generate_engine" / "1" / "decoder.onnx").write_bytes(b"re-exported decoder")
+    (repo / "generate" / "1" / "decoder.onnx").write_bytes(b"re-exported decoder")
     again = _prepare(repo, tmp_path / "cache")
     assert fake_build.built == ["encoder", "decoder", "decoder"]
     assert [(p.model, p.built, p.copied) for p in again] == [("encoder", False, False), ("decoder", True, True)]
@@ -447,7 +447,7 @@ def test_main_fails_with_the_reason_when_nothing_was_exported(tmp_path, fake_bui
 
 def test_main_fails_when_a_graph_is_missing(tmp_path, fake_build, caplog):
     repo = _repository(tmp_path / "models")
-    (repo / "generate_engine" / "1" / "decoder.onnx").unlink()
+    (repo / "generate" / "1" / "decoder.onnx").unlink()
     assert engines.main(["--repository", str(repo), "--cache", str(tmp_path / "cache")]) == 1
     assert "decoder.onnx is missing" in caplog.text
 
@@ -474,9 +474,9 @@ def test_export_target_gpu_writes_the_tensorrt_repository(tmp_path):
                     ExportOptions(repository=repo, target="gpu", skip_parity=True, max_source_len=64,
                                   max_target_len=64, max_batch=8))
     assert engines.tensorrt_models(repo) == ["encoder", "decoder"]
-    assert (repo / "generate_engine" / "1" / "encoder.onnx").is_file()
+    assert (repo / "generate" / "1" / "encoder.onnx").is_file()
     assert "built for the GPU present when the container starts" in report.summary()
-    assert _params((repo / "generate_engine" / "config.pbtxt").read_text())["step_backend"] == "tensorrt"
+    assert _params((repo / "generate" / "config.pbtxt").read_text())["step_backend"] == "tensorrt"
 
 
 def test_export_cli_chooses_the_step_backend_and_refuses_a_gpu_backend_on_cpu_before_any_work(tmp_path):
@@ -486,7 +486,7 @@ def test_export_cli_chooses_the_step_backend_and_refuses_a_gpu_backend_on_cpu_be
                          "--max-source-len", "32", "--max-target-len", "32"],
                         capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert ok.returncode == 0, ok.stderr
-    assert _params((repo / "generate_engine" / "config.pbtxt").read_text())["step_backend"] == "onnxruntime-cuda"
+    assert _params((repo / "generate" / "config.pbtxt").read_text())["step_backend"] == "onnxruntime-cuda"
     bad = subprocess.run([sys.executable, "-m", "nmtserve.cli", "export", str(ROOT / "models" / "en-fr-numbers"),
                           "-r", str(tmp_path / "other"), "--step-backend", "tensorrt"],
                          capture_output=True, text=True, timeout=300, cwd=ROOT)

@@ -3,8 +3,8 @@
 ``python -m nmtserve.export.engines --repository /models --cache /cache`` runs in
 ``docker/entrypoint.sh`` before ``tritonserver``. Every graph model whose ``config.pbtxt`` asks for
 ``platform: "tensorrt_plan"`` (``encoder`` and ``decoder`` of ``nmtserve export --target gpu``) gets
-a plan built from ``generate_engine/1/<model>.onnx`` by ``tensorrt.build_engine``, with the
-optimization profile and precision of the export (``generate_engine/1/model.json``). Plans live in
+a plan built from ``generate/1/<model>.onnx`` by ``tensorrt.build_engine``, with the
+optimization profile and precision of the export (``generate/1/model.json``). Plans live in
 the cache volume and are copied to ``<model>/1/model.plan``.
 
 A plan only runs on the GPU model and the TensorRT version that built it, so the cache has one
@@ -42,7 +42,7 @@ from .tensorrt import (
 
 log = logging.getLogger(__name__)
 
-ARTIFACTS = Path("generate_engine") / "1"  # where the export keeps the graphs and model.json
+ARTIFACTS = Path("generate") / "1"  # where the export keeps the graphs and model.json
 SPEC_FILE = "model.json"
 PLAN_FILE = "model.plan"  # Triton's default file name for a tensorrt_plan model
 PRECISIONS = ("export", "fp16", "fp32")  # "export": what `nmtserve export [--fp16]` chose

@@ -44,8 +44,7 @@ class ExportOptions:
     beam_size: int = 4
     parity_sentences: int = 50
     skip_parity: bool = False
-    front_instances: int = RepositoryOptions.front_instances
-    step_backend: str = ""  # how generate_engine runs the graphs; "": the target's default
+    step_backend: str = ""  # how generate runs the graphs; "": the target's default
 
 
 @dataclass
@@ -102,7 +101,7 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
         log.info("%s done in %.1f s", name, report.seconds[name])
 
     try:  # option mistakes fail before any slow stage
-        repo_opts = RepositoryOptions(name=opts.name, front_instances=opts.front_instances, max_batch=opts.max_batch,
+        repo_opts = RepositoryOptions(name=opts.name, max_batch=opts.max_batch,
                                       max_beam=max(8, opts.beam_size), target=opts.target,
                                       step_backend=opts.step_backend)
     except ValueError as exc:

@@ -4,19 +4,18 @@ Layout (``--name translate``)::
 
     translate/         ensemble: tokenize -> generate -> detokenize
     tokenize/          Python: sentencepiece
-    generate/          Python, non-decoupled front (several instances), forwards to generate_engine
-    generate_engine/   Python, decoupled: in-flight batching over the ONNX graphs
-      1/               encoder.onnx decoder.onnx model.json source.spm [target.spm vocab.json]
+    generate/          Python, non-decoupled, answers through response senders: the in-flight
+      1/               batcher over encoder.onnx decoder.onnx (model.json source.spm [target.spm vocab.json])
     detokenize/        Python: sentencepiece
     encoder/ decoder/  the graphs themselves, for users who run their own loop
 
 ``target="gpu"`` writes ``encoder`` / ``decoder`` as TensorRT models (``platform: "tensorrt_plan"``)
 whose ``1/model.plan`` is built for the GPU present when the container starts
-(``nmtserve.export.engines``), and ``generate_engine`` runs those same plans itself
+(``nmtserve.export.engines``), and ``generate`` runs those same plans itself
 (``step_backend: tensorrt``, one instance per GPU) with its cache pool on the GPU.
 
 Every model.py is a one-line hand-over to ``nmtserve.server.triton_models``; artifacts live
-once, in ``generate_engine/1``, and the other models point at them with an ``artifacts``
+once, in ``generate/1``, and the other models point at them with an ``artifacts``
 parameter.
 """
 
@@ -29,10 +28,10 @@ from pathlib import Path
 from .. import graphs
 from ..server.protocol import OPTION_INPUTS, STEP_BACKENDS
 
-ARTIFACTS_MODEL = "generate_engine"
+ARTIFACTS_MODEL = "generate"
 TARGETS = ("cpu", "gpu")
 DEFAULT_STEP_BACKEND = {"cpu": "inprocess", "gpu": "tensorrt"}
-# generate_engine's plans on the gpu target: the ones Triton's TensorRT backend serves as encoder/decoder.
+# generate's plans on the gpu target: the ones Triton's TensorRT backend serves as encoder/decoder.
 PLAN_PARAMS = {"encoder_plan": "../../encoder/1/model.plan", "decoder_plan": "../../decoder/1/model.plan"}
 _TRITON_TYPES = {"int32": "TYPE_INT32", "int64": "TYPE_INT64", "bool": "TYPE_BOOL", "float32": "TYPE_FP32",
                  "float16": "TYPE_FP16"}
@@ -41,16 +40,13 @@ _TRITON_TYPES = {"int32": "TYPE_INT32", "int64": "TYPE_INT64", "bool": "TYPE_BOO
 @dataclass(frozen=True)
 class RepositoryOptions:
     name: str = "translate"
-    # Requests decoding at once: each occupies one instance of the non-decoupled front until its
-    # result is back (a ~40 MB process each). Later requests queue in Triton until one frees up.
-    front_instances: int = 16
     max_batch: int = 64  # sentences in the running decode batch
     max_beam: int = 8
     intra_op_threads: int = 0  # 0: ONNX Runtime's default (all cores)
-    # How generate_engine runs the graphs (nmtserve.server.protocol.STEP_BACKENDS); "": the
+    # How generate runs the graphs (nmtserve.server.protocol.STEP_BACKENDS); "": the
     # target's default ("inprocess" ONNX Runtime on cpu, measured faster than "bls"; "tensorrt" on gpu).
     step_backend: str = ""
-    target: str = "cpu"  # "gpu": TensorRT encoder/decoder models, and generate_engine on those plans
+    target: str = "cpu"  # "gpu": TensorRT encoder/decoder models, and generate on those plans
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -79,12 +75,10 @@ def _params(params: dict[str, str]) -> str:
 
 
 def _python_model(name: str, inputs: list[str], outputs: list[str], *, params: dict[str, str] | None = None,
-                  instances: int = 1, decoupled: bool = False, kind: str = "KIND_CPU") -> str:
+                  kind: str = "KIND_CPU") -> str:
     text = f'name: "{name}"\nbackend: "python"\nmax_batch_size: 0\n'
     text += _io("input", inputs) + _io("output", outputs)
-    text += f"instance_group [ {{ count: {instances} kind: {kind} }} ]\n"
-    if decoupled:
-        text += "model_transaction_policy { decoupled: true }\n"
+    text += f"instance_group [ {{ count: 1 kind: {kind} }} ]\n"
     return text + _params(params or {})
 
 
@@ -161,11 +155,8 @@ def model_configs(dims: graphs.Dims, opts: RepositoryOptions) -> dict[str, tuple
         "tokenize": (_python_model("tokenize", [_tensor("TEXT", "TYPE_STRING", [-1])],
                                    [_tensor("SRC_IDS", "TYPE_INT32", [-1, -1]), _tensor("SRC_LEN", "TYPE_INT32", [-1])],
                                    params=art), "TokenizeModel"),
-        "generate": (_python_model("generate", _GENERATE_IN, _GENERATE_OUT, instances=opts.front_instances,
-                                   params={**art, "engine_model": ARTIFACTS_MODEL,
-                                           "max_beam": str(opts.max_beam)}), "GenerateModel"),
-        ARTIFACTS_MODEL: (_python_model(ARTIFACTS_MODEL, _GENERATE_IN, _GENERATE_OUT, decoupled=True,
-                                        params=engine_params, kind=engine_kind), "GenerateEngineModel"),
+        ARTIFACTS_MODEL: (_python_model(ARTIFACTS_MODEL, _GENERATE_IN, _GENERATE_OUT, params=engine_params,
+                                        kind=engine_kind), "GenerateModel"),
         "detokenize": (_python_model("detokenize", _GENERATE_OUT, _FINAL_OUT, params=art), "DetokenizeModel"),
         **graph_models,
     }

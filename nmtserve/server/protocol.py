@@ -35,7 +35,7 @@ OPTION_INPUTS = {"BEAM_SIZE": "TYPE_INT32", "MAX_LENGTH": "TYPE_INT32", "LENGTH_
                  "NUM_HYPOTHESES": "TYPE_INT32"}
 
 
-# How generate_engine runs the graphs (its ``step_backend`` parameter):
+# How generate runs the graphs (its ``step_backend`` parameter):
 STEP_BACKENDS = {
     "inprocess": "ONNX Runtime in the engine's process, host arrays (the CPU default)",
     "tensorrt": "the encoder/decoder TensorRT plans, cache and memory on the GPU (the GPU default)",

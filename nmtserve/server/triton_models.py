@@ -3,10 +3,9 @@
 ``translate`` (ensemble) = ``tokenize`` -> ``generate`` -> ``detokenize``.
 
 ``generate`` is a plain (non-decoupled) model, so unary gRPC/HTTP infer on the ensemble works
-with stock clients; each of its requests is forwarded with ``async_exec(decoupled=True)`` to
-``generate_engine``, a decoupled model whose async ``execute`` calls overlap, all feeding one
-in-flight batcher (``engine.py``). ``generate`` runs several instances so that late arrivals do
-not queue behind a running request.
+with stock clients; it owns the in-flight batcher (``engine.py``) and answers each request
+through its response sender when the request's sentences are done, so its ``execute`` returns
+at once and concurrent requests share one running batch in one process.
 
 ``encoder`` and ``decoder`` expose the graphs themselves for users who drive their own loop.
 
@@ -17,19 +16,16 @@ message), ``execute`` returns exactly one response per request, and a bad reques
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import threading
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from ..decoding.search import SearchOptions
 from ..graphs import pad_batch
 from .protocol import (
-    GENERATE_OUTPUTS,
     OPTION_INPUTS,
     STEP_BACKENDS,
     InputError,
@@ -143,49 +139,16 @@ class DetokenizeModel:
 
 
 class GenerateModel:
-    """Non-decoupled front: forwards each request to the decoupled ``generate_engine``."""
+    """The decoder: SRC_IDS/SRC_LEN -> OUT_IDS/OUT_LEN/OUT_SCORE, by the in-flight batcher that
+    runs in this process.
 
-    def initialize(self, args: dict) -> None:
-        from ..runtime.spec import SPEC_FILE, ModelSpec
-
-        params, version_dir = _parameters(args)
-        self.engine_model = params.get("engine_model", "generate_engine")
-        self.spec = ModelSpec.load(_artifacts(params, version_dir) / SPEC_FILE)
-        self.max_beam = int(params.get("max_beam", "8"))
-
-    async def execute(self, requests: list) -> list:
-        return list(await asyncio.gather(*(self._forward(r) for r in requests)))
-
-    async def _forward(self, request):
-        try:  # validate here: errors crossing the decoupled BLS hop lose their status code
-            parse_sources(_input(request, "SRC_IDS"), _input(request, "SRC_LEN"), self.spec)
-            _search_options(request, self.spec, self.max_beam)
-        except InputError as exc:
-            return pb_utils.InferenceResponse(error=_error(str(exc)))
-        bls = pb_utils.InferenceRequest(
-            model_name=self.engine_model,
-            inputs=request.inputs(),
-            requested_output_names=list(GENERATE_OUTPUTS),
-        )
-        final = None
-        try:
-            responses = await bls.async_exec(decoupled=True)
-            for response in responses:  # a plain for: the generator is synchronous
-                if response.has_error():
-                    err = response.error()
-                    code = err.code() if hasattr(err, "code") else pb_utils.TritonError.INTERNAL
-                    return pb_utils.InferenceResponse(error=pb_utils.TritonError(err.message(), code))
-                if response.output_tensors():
-                    final = response
-        except Exception as exc:  # the engine is unreachable: fail this request only
-            return pb_utils.InferenceResponse(error=_error(f"generate_engine failed: {exc}", invalid=False))
-        if final is None:
-            return pb_utils.InferenceResponse(error=_error("generate_engine returned no result", invalid=False))
-        return pb_utils.InferenceResponse(output_tensors=final.output_tensors())
-
-
-class GenerateEngineModel:
-    """Decoupled model owning the ONNX Runtime sessions, the KV cache and the in-flight batcher."""
+    A plain (non-decoupled) model, so unary gRPC/HTTP infer on the ensemble works, that answers
+    through each request's response sender (Triton >= 24.06): ``execute`` validates and queues its
+    requests and returns at once, and the engine thread sends each response when its sentences
+    are done. So one instance serves any number of concurrent requests, they decode in one
+    running batch, and nothing waits for an instance to free up (the step before was a front of
+    16 instances, a process each, forwarding to a decoupled engine model).
+    """
 
     def initialize(self, args: dict) -> None:
         from ..runtime.spec import SPEC_FILE, ModelSpec
@@ -194,49 +157,69 @@ class GenerateEngineModel:
         params, version_dir = _parameters(args)
         folder = _artifacts(params, version_dir)
         self.spec = ModelSpec.load(folder / SPEC_FILE)
-        self.max_beam = int(params.get("max_beam", "8"))
-        runtime = _step_runtime(params, version_dir, folder, self.spec, device_id=int(args.get("model_instance_device_id") or 0))
+        self.max_beam = int(params.get("max_beam", self.spec.max_beam))
+        runtime = _step_runtime(params, version_dir, folder, self.spec,
+                                device_id=int(args.get("model_instance_device_id") or 0))
         self.engine = InflightBatcher(runtime, max_sentences=int(params.get("max_batch", self.spec.max_batch)),
                                       max_beam=self.max_beam).start()
-        log.info("generate_engine ready (%s): %s", params.get("step_backend", "inprocess"), self.spec)
+        self._final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        self._waiting: dict[int, tuple] = {}  # id -> (response sender, cancel event)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        # Cancellation is an IPC round trip per request: poll it twice a second, not per step.
+        self._poller = threading.Thread(target=self._poll_cancelled, name="nmtserve-cancel", daemon=True)
+        self._poller.start()
+        log.info("generate ready (%s): %s", params.get("step_backend", "inprocess"), self.spec)
 
-    async def execute(self, requests: list) -> None:
-        await asyncio.gather(*(self._handle(r) for r in requests))
+    def execute(self, requests: list) -> None:
+        for request in requests:
+            sender = request.get_response_sender()
+            try:  # inputs are copied out here: they are freed when execute returns
+                sources = parse_sources(_input(request, "SRC_IDS"), _input(request, "SRC_LEN"), self.spec)
+                options = _search_options(request, self.spec, self.max_beam)
+            except InputError as exc:
+                sender.send(pb_utils.InferenceResponse(error=_error(str(exc))), flags=self._final)
+                continue
+            cancel = threading.Event()
+            key = id(cancel)
+            with self._lock:
+                self._waiting[key] = (sender, cancel)
+            try:
+                self.engine.submit(sources, options, self._responder(key, sender, options.num_hypotheses),
+                                   cancelled=cancel.is_set)
+            except Exception as exc:  # shutting down, or a limit the checks above did not cover
+                with self._lock:
+                    self._waiting.pop(key, None)
+                sender.send(pb_utils.InferenceResponse(error=_error(str(exc), invalid=False)), flags=self._final)
         return None
 
-    async def _handle(self, request) -> None:
-        sender = request.get_response_sender()
-        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-        try:
-            sources = parse_sources(_input(request, "SRC_IDS"), _input(request, "SRC_LEN"), self.spec)
-            options = _search_options(request, self.spec, self.max_beam)
-        except InputError as exc:
-            sender.send(pb_utils.InferenceResponse(error=_error(str(exc))), flags=final)
-            return
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future = loop.create_future()
+    def _responder(self, key: int, sender, nbest: int):
+        def respond(results, error) -> None:  # runs in the engine thread
+            with self._lock:
+                self._waiting.pop(key, None)
+            if error is not None:
+                response = pb_utils.InferenceResponse(error=_error(f"decoding failed: {error}", invalid=False))
+            else:
+                arrays = results_to_arrays(results, nbest, self.spec.pad_id)
+                response = pb_utils.InferenceResponse(
+                    output_tensors=[pb_utils.Tensor(name, a) for name, a in arrays.items()])
+            try:
+                sender.send(response, flags=self._final)
+            except Exception:  # the client went away; the engine carries on
+                log.exception("could not send a response")
+        return respond
 
-        def done(results, error):
-            loop.call_soon_threadsafe(_settle, future, results, error)
-
-        cancel = threading.Event()  # set here, read by the engine thread (pb_utils stays on this thread)
-        self.engine.submit(sources, options, done, cancelled=cancel.is_set)
-        try:
-            while not future.done():
-                await asyncio.wait([future], timeout=0.5)
-                if not future.done() and request.is_cancelled():
-                    cancel.set()
-            results = future.result()
-        except Exception as exc:
-            sender.send(pb_utils.InferenceResponse(error=_error(f"decoding failed: {exc}", invalid=False)), flags=final)
-            return
-        arrays = results_to_arrays(results, options.num_hypotheses, self.spec.pad_id)
-        sender.send(
-            pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(name, a) for name, a in arrays.items()]),
-            flags=final,
-        )
+    def _poll_cancelled(self) -> None:
+        # Under the lock: a response is sent only after its entry left ``_waiting`` (also under the
+        # lock), and asking a completed sender whether it was cancelled crashes the server.
+        while not self._stop.wait(0.5):
+            with self._lock:
+                for sender, cancel in self._waiting.values():
+                    if not cancel.is_set() and sender.is_cancelled():
+                        cancel.set()
 
     def finalize(self) -> None:
+        self._stop.set()
         self.engine.stop()
 
 
@@ -252,7 +235,7 @@ def _step_runtime(params: dict, version_dir: Path, folder: Path, spec, device_id
         providers = [p.strip() for p in params.get("providers", "").split(",") if p.strip()] or None
         runtime = OnnxModel(encoder, decoder, spec, threads=threads, providers=providers)
         if providers and runtime.decoder.get_providers()[0] != providers[0]:
-            log.warning("generate_engine: %s is unavailable here; running on %s", providers[0],
+            log.warning("generate: %s is unavailable here; running on %s", providers[0],
                         runtime.decoder.get_providers())
         return runtime
     if backend == "tensorrt":  # pragma: no cover - needs CUDA and TensorRT
@@ -267,16 +250,7 @@ def _step_runtime(params: dict, version_dir: Path, folder: Path, spec, device_id
         return OnnxBoundModel(encoder, decoder, spec, arrays=CupyArrays(device_id), threads=threads)
     if backend == "bls":
         return BlsRuntime(spec)
-    raise ValueError(f"generate_engine: step_backend must be one of {', '.join(STEP_BACKENDS)}, got {backend!r}")
-
-
-def _settle(future: asyncio.Future, results: Any, error: BaseException | None) -> None:
-    if future.done():
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(results)
+    raise ValueError(f"generate: step_backend must be one of {', '.join(STEP_BACKENDS)}, got {backend!r}")
 
 
 class OnnxGraphModel:
