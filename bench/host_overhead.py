@@ -5,12 +5,10 @@
 On a GPU the decoder step of a small model takes about a millisecond; what the Python engine
 spends around it per step (admission, the cache tables, the cross-attention memory restack,
 the search) then bounds the throughput. This measures that bound on the machine it runs on:
-``InflightBatcher`` over a null runtime that returns log-probs drawn from a precomputed bank
+``InflightBatcher`` over a null runtime that returns candidates drawn from a precomputed bank
 (EOS getting likelier with length, so sentences end at varied lengths) and zero K/V. Reports
 host milliseconds per step, steps, and the sentences/s ceiling; ``--profile`` adds the top
-functions. ``--no-preselect`` makes the search read the full log-probs (the host path on CPU;
-on a GPU ``preselect`` runs on the device, so the CPU's ``argpartition`` share is not host time
-there). Results go to bench/results/host-overhead-*.json.
+functions. Results go to bench/results/host-overhead-*.json.
 """
 
 from __future__ import annotations
@@ -31,15 +29,19 @@ from nmtserve.server.engine import InflightBatcher
 
 
 class NullRuntime:
-    """Log-probs from a bank of random arrays; K/V zeros. Costs ~0.1 ms per step."""
+    """Each hypothesis' best candidates from a bank of random log-probs; K/V zeros. Costs ~0.1 ms per step."""
 
     def __init__(self, spec: ModelSpec, batch: int, beam: int, seed: int = 0):
         self.spec = spec
         rng = np.random.default_rng(seed)
         bank = rng.standard_normal((8, batch, beam, spec.vocab)).astype(np.float32) * 3
         bank -= np.log(np.exp(bank).sum(-1, keepdims=True))
-        self.bank, self.calls = bank, 0
-        self.kv = np.zeros((batch, beam, spec.heads, spec.d_k), np.float32)
+        bank[..., spec.eos_id] = -np.inf  # EOS is added per step (run_step)
+        m = spec.dims.candidates - 1
+        self.top_ids = np.argsort(-bank, axis=-1, kind="stable")[..., :m].astype(np.int32)
+        self.top = np.take_along_axis(bank, self.top_ids, axis=-1)
+        self.calls = 0
+        self.kv = np.zeros((spec.layers, batch, beam, spec.heads, spec.d_k), np.float32)
 
     def encode(self, src: np.ndarray):
         b, s = src.shape
@@ -47,12 +49,17 @@ class NullRuntime:
         return ([np.zeros((b, spec.heads, spec.d_k, s), np.float32)] * spec.layers,
                 [np.zeros((b, spec.heads, s, spec.d_k), np.float32)] * spec.layers)
 
-    def run_step(self, feeds: dict) -> list:
+    def run_step(self, feeds: dict) -> dict:
         b, k = feeds["input_ids"].shape
         self.calls += 1
-        lp = self.bank[self.calls % len(self.bank), :b, :k].copy()
-        lp[..., self.spec.eos_id] = -4.0 + 0.15 * feeds["position"][:, None]  # EOS likelier with length
-        return [lp] + [self.kv[:b, :k]] * (2 * self.spec.layers)
+        i = self.calls % len(self.top)
+        eos = np.broadcast_to((-4.0 + 0.15 * feeds["position"])[:, None, None], (b, k, 1))  # likelier with length
+        top = np.concatenate([eos.astype(np.float32), self.top[i, :b, :k]], axis=-1)
+        ids = np.concatenate([np.full((b, k, 1), self.spec.eos_id, np.int32), self.top_ids[i, :b, :k]], axis=-1)
+        order = np.argsort(-top, axis=-1, kind="stable")
+        top, ids = np.take_along_axis(top, order, -1), np.take_along_axis(ids, order, -1)
+        kv = self.kv[:, :b, :k]
+        return {"top_log_probs": top, "top_ids": ids, "new_key": kv, "new_value": kv}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,7 +69,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--beam", type=int, default=4)
     ap.add_argument("--vocab", type=int, default=800)
     ap.add_argument("--layers", type=int, default=6)
-    ap.add_argument("--no-preselect", action="store_true")
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args(argv)
 
@@ -72,9 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     sources = [[5] * int(rng.integers(4, 30)) + [2] for _ in range(args.sentences)]
     options = SearchOptions(beam_size=args.beam, max_length=80, max_length_a=2.0, max_length_b=10)
     engine = InflightBatcher(NullRuntime(spec, args.batch, args.beam), max_sentences=args.batch,
-                             max_beam=args.beam, preselect=not args.no_preselect).start()
-    for buf in (*engine.past_keys, *engine.past_values):
-        buf.fill(0)  # steady state: a long-running server has touched every page of its pool
+                             max_beam=args.beam).start()
     engine.translate(sources[:8], options, timeout=600)  # warm-up
     steps0 = engine.stats["steps"]
     load = load_average()
@@ -101,9 +105,7 @@ def profile_engine_loop(spec, args, sources, options) -> str:
     from nmtserve.server.engine import _Request
 
     engine = InflightBatcher(NullRuntime(spec, args.batch, args.beam), max_sentences=args.batch,
-                             max_beam=args.beam, preselect=not args.no_preselect)
-    for buf in (*engine.past_keys, *engine.past_values):
-        buf.fill(0)
+                             max_beam=args.beam)
     done: list = []
     for src in sources:
         engine.pending.append(_Request([src], options, lambda r, e: done.append(r)))
@@ -111,7 +113,7 @@ def profile_engine_loop(spec, args, sources, options) -> str:
     profiler.enable()
     while len(done) < len(sources):
         engine._admit()
-        if engine.active:
+        if engine._groups:
             engine._step()
     profiler.disable()
     text = io.StringIO()

@@ -25,48 +25,81 @@ class Tensor:
 
 @dataclass(frozen=True)
 class Dims:
-    """Sizes the graphs depend on (from the model config)."""
+    """Sizes the graphs depend on (from the model config and the export's widest beam)."""
 
     layers: int  # decoder layers
     heads: int
     d_k: int
     vocab: int
+    max_beam: int = 8  # widest beam served: the decoder returns each hypothesis' best 2 * max_beam + 1 tokens
+
+    @property
+    def candidates(self) -> int:
+        """Tokens per hypothesis in ``top_log_probs`` / ``top_ids``: a beam of K reads the first
+        ``2K + 1`` of them (its top ``2K`` continuations, one more for a masked EOS; see
+        ``nmtserve.decoding.search``)."""
+        return min(self.vocab, 2 * self.max_beam + 1)
 
 
 def encoder_inputs() -> list[Tensor]:
     return [Tensor("src_ids", "int32", ("batch", "src_len"))]
 
 
+def memory_key(i: int) -> str:
+    return f"memory_key.{i}"
+
+
+def memory_value(i: int) -> str:
+    return f"memory_value.{i}"
+
+
 def encoder_outputs(d: Dims) -> list[Tensor]:
     out = []
     for i in range(d.layers):
-        out.append(Tensor(f"memory_key.{i}", "float", ("batch", d.heads, d.d_k, "src_len")))  # pre-transposed
-        out.append(Tensor(f"memory_value.{i}", "float", ("batch", d.heads, "src_len", d.d_k)))
+        out.append(Tensor(memory_key(i), "float", ("batch", d.heads, d.d_k, "src_len")))  # pre-transposed
+        out.append(Tensor(memory_value(i), "float", ("batch", d.heads, "src_len", d.d_k)))
     return out
 
 
 def decoder_inputs(d: Dims) -> list[Tensor]:
-    out = [
+    """The self-attention cache of every layer is one time-major tensor per K and V, so a
+    preallocated pool's window ``[t0, t0 + T)`` is one contiguous slice and a step binds two
+    cache inputs whatever the depth."""
+    cache_axes = ("past_len", d.layers, "rows", d.heads, d.d_k)
+    return [
         Tensor("input_ids", "int32", ("batch", "beam")),
         Tensor("position", "int32", ("batch",)),
-    ]
-    out += [Tensor(f"past_key.{i}", "float", ("past_len", "rows", d.heads, d.d_k)) for i in range(d.layers)]
-    out += [Tensor(f"past_value.{i}", "float", ("past_len", "rows", d.heads, d.d_k)) for i in range(d.layers)]
-    out += [
+        Tensor("past_key", "float", cache_axes),
+        Tensor("past_value", "float", cache_axes),
         Tensor("cache_rows", "int32", ("batch", "beam", "past_len")),
         Tensor("past_mask", "bool", ("batch", "past_len")),
+        *(Tensor(memory_key(i), "float", ("batch", d.heads, d.d_k, "src_len")) for i in range(d.layers)),
+        *(Tensor(memory_value(i), "float", ("batch", d.heads, "src_len", d.d_k)) for i in range(d.layers)),
+        Tensor("src_mask", "bool", ("batch", "src_len")),
     ]
-    out += [Tensor(f"memory_key.{i}", "float", ("batch", d.heads, d.d_k, "src_len")) for i in range(d.layers)]
-    out += [Tensor(f"memory_value.{i}", "float", ("batch", d.heads, "src_len", d.d_k)) for i in range(d.layers)]
-    out.append(Tensor("src_mask", "bool", ("batch", "src_len")))
-    return out
 
 
 def decoder_outputs(d: Dims) -> list[Tensor]:
-    out = [Tensor("log_probs", "float", ("batch", "beam", d.vocab))]
-    out += [Tensor(f"new_key.{i}", "float", ("batch", "beam", d.heads, d.d_k)) for i in range(d.layers)]
-    out += [Tensor(f"new_value.{i}", "float", ("batch", "beam", d.heads, d.d_k)) for i in range(d.layers)]
-    return out
+    """``log_probs`` in full (parity checks, custom loops), each hypothesis' best ``candidates``
+    tokens (best first; equal log-probs: lower token id first, ONNX TopK's rule), which is all
+    the served search reads, and the new step's K/V of every layer."""
+    new_axes = (d.layers, "batch", "beam", d.heads, d.d_k)
+    return [
+        Tensor("log_probs", "float", ("batch", "beam", d.vocab)),
+        Tensor("top_log_probs", "float", ("batch", "beam", d.candidates)),
+        Tensor("top_ids", "int32", ("batch", "beam", d.candidates)),
+        Tensor("new_key", "float", new_axes),
+        Tensor("new_value", "float", new_axes),
+    ]
+
+
+def split_memory(outputs: dict, layers: int) -> tuple[list, list]:
+    """The encoder's outputs by name -> (per-layer memory keys, per-layer memory values)."""
+    return [outputs[memory_key(i)] for i in range(layers)], [outputs[memory_value(i)] for i in range(layers)]
+
+
+# What a step of the served search fetches: everything but the full log-probs.
+STEP_OUTPUTS = ("top_log_probs", "top_ids", "new_key", "new_value")
 
 
 def dynamic_axes(tensors: list[Tensor]) -> dict[str, dict[int, str]]:

@@ -126,7 +126,7 @@ def test_stopped_engine_refuses_new_work(tiny):
     engine.stop()
     with pytest.raises(RuntimeError, match="shutting down"):
         engine.translate([[5, 2]], OPTS)
-    assert np.all(engine.past_keys[0] == engine.past_keys[0])  # buffers intact, nothing NaN
+    assert engine.running == 0
 
 
 def test_cancelled_request_leaves_the_batch_and_frees_its_rows(tiny):
@@ -138,7 +138,6 @@ def test_cancelled_request_leaves_the_batch_and_frees_its_rows(tiny):
     def callback(results, error):
         outcome["error"] = error
 
-    free_before = len(engine.free_rows)
     engine.submit(sources(8, model.config.src_vocab_size, seed=4), SearchOptions(beam_size=2, max_length=24),
                   callback, cancelled=flag.is_set)
     flag.set()
@@ -147,7 +146,7 @@ def test_cancelled_request_leaves_the_batch_and_frees_its_rows(tiny):
         time.sleep(0.01)
     engine.stop()
     assert "cancelled" in str(outcome["error"])
-    assert len(engine.free_rows) == free_before
+    assert engine.rows_in_use == 0
     assert engine._groups == {}
 
 
@@ -177,7 +176,6 @@ def test_serving_modules_do_not_import_torch():
 def test_a_failing_encode_fails_only_the_requests_it_was_admitting(tiny):
     model, onnx_model = tiny
     engine = engine_for(onnx_model)
-    rows = len(engine.free_rows)
     real = onnx_model.encode
     running = sources(3, model.config.src_vocab_size, seed=12)
     opts = SearchOptions(beam_size=2, max_length=24)
@@ -206,7 +204,7 @@ def test_a_failing_encode_fails_only_the_requests_it_was_admitting(tiny):
         engine.stop()
     results, error = outcome["running"]
     assert error is None and tokens(results) == tokens(reference_decode(model, running, opts))
-    assert len(engine.free_rows) == rows  # every row came back
+    assert engine.rows_in_use == 0  # every row came back
     assert engine._groups == {}  # and the memory groups emptied
 
 
@@ -240,44 +238,53 @@ def test_a_long_source_joining_short_ones_widens_then_narrows_the_memory(tiny):
     assert max(widths) >= 71 and widths[-1] < 20  # widened for the long source, narrowed after
 
 
-def test_memory_group_rows_follow_their_sentences_through_removal_growth_and_shrinking():
+def test_group_rows_follow_their_sentences_through_removal_growth_and_shrinking():
+    from types import SimpleNamespace
+
     from nmtserve.runtime.arrays import HOST
     from nmtserve.runtime.spec import ModelSpec
-    from nmtserve.server.engine import _MemoryGroup, _Sentence
+    from nmtserve.server.engine import _Group, _Request
 
-    spec = ModelSpec(layers=2, heads=2, d_k=3, vocab=10, max_positions=64, pad_id=0, bos_id=1, eos_id=2, unk_id=3)
+    spec = ModelSpec(layers=2, heads=2, d_k=3, vocab=10, max_positions=64, pad_id=0, bos_id=1, eos_id=2,
+                     unk_id=3, max_source_len=64, max_target_len=20)
+    engine = SimpleNamespace(spec=spec, arrays=HOST, pool_time=30, max_sentences=8, _float=np.float32)
     rng = np.random.default_rng(0)
+    memory = {}
 
-    def sentence(n):
-        s = _Sentence(request=None, index=0, search=None, rows=np.zeros(1, np.int64), start=0,
-                      table=np.zeros((1, 1), np.int64), src_len=n)
-        s.memory = ([rng.standard_normal((2, 3, n)).astype(np.float32) for _ in range(2)],
-                    [rng.standard_normal((2, n, 3)).astype(np.float32) for _ in range(2)])
-        return s
+    def add(group, n):
+        request = _Request([[5] * n], SearchOptions(beam_size=1, max_length=10), lambda r, e: None)
+        memory[id(request)] = ([rng.standard_normal((2, 3, n)).astype(np.float32) for _ in range(2)],
+                               [rng.standard_normal((2, n, 3)).astype(np.float32) for _ in range(2)])
+        group.fit_width(n)
+        group.add(request, 0, np.array([len(memory)]), start=len(memory), src_len=n, keys=memory[id(request)][0],
+                  values=memory[id(request)][1])
+        group.table[group.size - 1] = len(memory)  # a table row that must travel with its sentence
 
     def check(group):
-        for row, s in enumerate(group.members):
-            assert s.mem_row == row
+        for row, (request, _) in enumerate(group.members):
+            keys, values = memory[id(request)]
+            n = len(request.sources[0])
+            assert group.src_len[row] == n and group.table[row, 0, 0] == group.rows[row, 0] == group.start[row]
             for layer in range(2):
-                np.testing.assert_array_equal(group.keys[layer][row, :, :, : s.src_len], s.memory[0][layer])
-                np.testing.assert_array_equal(group.values[layer][row, :, : s.src_len], s.memory[1][layer])
+                np.testing.assert_array_equal(group.keys[layer][row, :, :, :n], keys[layer])
+                np.testing.assert_array_equal(group.values[layer][row, :, :n], values[layer])
 
-    group = _MemoryGroup(HOST, spec, np.float32, capacity=4, width=5)
-    sentences = [sentence(n) for n in (3, 5, 2)]
-    for s in sentences:
-        group.add(s, *s.memory)
-    group.remove(sentences[0])  # the last row moves into row 0
-    assert [s.src_len for s in group.members] == [2, 5]
+    group = _Group(engine, beam=1, src_len=5)
+    for n in (3, 5, 2):
+        add(group, n)
+    group.remove(np.array([0]))  # the last row moves into row 0
+    assert [len(r.sources[0]) for r, _ in group.members] == [2, 5]
     check(group)
-    wide = sentence(40)
-    group = _MemoryGroup(HOST, spec, np.float32, 4, 48, previous=group)  # grown for a longer source
-    group.add(wide, *wide.memory)
+    add(group, 40)  # wider memory for a longer source
+    assert group.width == 48
     check(group)
-    assert group.fitted() is group
-    group.remove(wide)
-    narrow = group.fitted()
-    assert narrow is not group and narrow.width == 16  # widths go in steps of 16
-    check(narrow)
+    add(group, 4)
+    add(group, 3)
+    check(group)
+    group.remove(np.array([1, 2]))  # the long source leaves with another row
+    group.fit_width(0)
+    assert group.width == 16  # narrowed, in steps of 16
+    check(group)
 
 
 def test_memory_groups_start_small_and_grow_to_the_batch(tiny):

@@ -76,3 +76,40 @@ def test_export_leaves_the_model_in_eval_mode_so_dropout_stays_off(tmp_path):
     assert not any(m.training for m in model.modules())
     report = check_parity(model, onnx_model, sources(4, model.config.src_vocab_size), SearchOptions(beam_size=2, max_length=8))
     assert report.passed, report.summary()
+
+
+def test_the_decoder_returns_each_hypothesis_best_tokens_as_the_search_ranks_them(tmp_path):
+    """``top_log_probs`` / ``top_ids`` are the full log-probs' best ``candidates`` tokens, best
+    first, so the served search (which reads only these) ranks exactly as on the full array."""
+    from nmtserve.export.onnx_export import example_decoder_inputs
+
+    model, onnx_model = build(tmp_path)
+    names = [t.name for t in __import__("nmtserve.graphs", fromlist=["x"]).decoder_inputs(onnx_model.spec.dims)]
+    feeds = {n: x.numpy() for n, x in zip(names, example_decoder_inputs(model, batch=3, beam=4, past=5, src=6), strict=True)}
+    out = onnx_model.run_step(feeds, ("log_probs", "top_log_probs", "top_ids"))
+    m = onnx_model.spec.dims.candidates
+    want_ids = np.argsort(-out["log_probs"], axis=-1, kind="stable")[..., :m]
+    np.testing.assert_array_equal(out["top_ids"], want_ids)
+    np.testing.assert_array_equal(out["top_log_probs"], np.take_along_axis(out["log_probs"], want_ids, -1))
+
+
+def test_onnx_runtime_topk_breaks_ties_by_the_lower_index_as_onnx_specifies():
+    """The exactness of graph-side candidate selection rests on this: among equal log-probs the
+    lower token id ranks first (the search's rule). Checked on values full of ties."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=-1)], "topk",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None])],
+        [helper.make_tensor_value_info("values", TensorProto.FLOAT, [None, None]),
+         helper.make_tensor_value_info("indices", TensorProto.INT64, [None, None])],
+        initializer=[helper.make_tensor("k", TensorProto.INT64, [1], [9])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).integers(0, 4, (64, 300)).astype(np.float32)  # 4 distinct values
+    values, indices = session.run(None, {"x": x})
+    np.testing.assert_array_equal(indices, np.argsort(-x, axis=-1, kind="stable")[:, :9])
+    assert onnx.checker.check_model(model) is None

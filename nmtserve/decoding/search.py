@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, cast
+from typing import Literal, Protocol
 
 import numpy as np
 
@@ -179,104 +179,195 @@ def _topk_desc(scores: np.ndarray, k: int) -> np.ndarray:
     return top
 
 
-class SentenceSearch:
-    """The beam search state of one sentence, advanced one step at a time.
+_EARLY_STOPPING = {False: 0, True: 1, "never": 2}
+_ROW_ARRAYS = ("scores", "tokens", "parents", "t", "max_len", "min_len", "penalty", "stopping",
+               "pool_size", "pool_capacity", "pool_worst", "done", "history_tokens", "history_parents")
 
-    ``beam_search`` drives a batch of these in lockstep; the server's in-flight batcher drives
-    sentences that joined at different steps. Both run exactly this code.
+
+class BeamBatch:
+    """The beam search state of sentences that share a beam width ``K``, one row each, as arrays.
+
+    A step costs a fixed number of NumPy calls whatever the number of sentences: no Python per
+    sentence, except for the (rare) candidates that finish. ``beam_search`` drives one batch in
+    lockstep; the server's in-flight batcher keeps one per beam width, adds sentences that join at
+    any step (``add``) and drops those that are done (``reorder``). Both run exactly this code.
+
+    Per row: running ``scores`` (K,), the next input ``tokens`` (K,), each beam's ``parents``
+    among the previous step's, ``t`` tokens generated so far, and back-pointers
+    ``history_tokens`` / ``history_parents`` (K, T) so that a hypothesis' tokens are rebuilt only
+    when it finishes (``prefix``). Each row keeps its own options (length penalty, maximum
+    length, ...) as arrays; its finished hypotheses live in a ``_Finished`` pool, touched only
+    when one of its candidates finishes.
     """
 
-    def __init__(self, options: SearchOptions, source_length: int, *, bos_id: int, eos_id: int):
-        k = options.beam_size
-        self.options, self.eos_id = options, eos_id
-        self.max_len = options.max_length_for(source_length)
-        self.pool = _Finished(options.n_finished)
-        # Back-pointers: entry t holds the token each running beam took at step t and its parent
-        # among step t-1's beams, so a hypothesis' tokens are rebuilt only when it finishes
-        # (``prefix``) instead of every beam's sequence being copied at every step.
-        self.history: list[tuple[list[int], list[int]]] = []
-        self.scores = np.full(k, _INITIAL_OTHER_BEAMS, dtype=np.float64)
-        self.scores[0] = 0.0
-        self.tokens = np.full(k, bos_id, dtype=np.int64)  # input of the next step
-        self.parents: np.ndarray | None = None  # parent of each beam among the previous step's
-        self.t = 0  # tokens generated so far
-        self.done = False
+    # Per-row arrays (capacity first), allocated by _grow; rows [0, size) are live.
+    scores: np.ndarray
+    tokens: np.ndarray
+    parents: np.ndarray
+    t: np.ndarray
+    max_len: np.ndarray
+    min_len: np.ndarray
+    penalty: np.ndarray
+    stopping: np.ndarray
+    pool_size: np.ndarray
+    pool_capacity: np.ndarray
+    pool_worst: np.ndarray
+    done: np.ndarray
+    history_tokens: np.ndarray
+    history_parents: np.ndarray
 
-    def prefix(self, beam: int) -> list[int]:
-        """Tokens generated so far by running beam ``beam``."""
+    def __init__(self, beam: int, *, bos_id: int, eos_id: int, capacity: int = 8, max_steps: int = 256):
+        self.k, self.bos_id, self.eos_id = beam, bos_id, eos_id
+        self.size, self.capacity = 0, 0
+        self.max_steps = max(1, max_steps)
+        self.pools: list[_Finished] = []
+        self.options: list[SearchOptions] = []
+        self._grow(max(1, capacity))
+
+    def _grow(self, capacity: int) -> None:
+        k, b, t = self.k, self.size, self.max_steps
+        fresh: dict[str, np.ndarray] = {
+            "scores": np.zeros((capacity, k)), "tokens": np.zeros((capacity, k), np.int64),
+            "parents": np.zeros((capacity, k), np.int64), "t": np.zeros(capacity, np.int64),
+            "max_len": np.zeros(capacity, np.int64), "min_len": np.zeros(capacity, np.int64),
+            "penalty": np.zeros(capacity), "stopping": np.zeros(capacity, np.int8),
+            "pool_size": np.zeros(capacity, np.int64), "pool_capacity": np.ones(capacity, np.int64),
+            "pool_worst": np.full(capacity, -np.inf), "done": np.zeros(capacity, bool),
+            "history_tokens": np.zeros((capacity, k, t), np.int32),
+            "history_parents": np.zeros((capacity, k, t), np.int32),
+        }
+        for name, array in fresh.items():
+            if b:
+                old = getattr(self, name)
+                if array.ndim == 3:
+                    array[:b, :, : old.shape[2]] = old[:b]
+                else:
+                    array[:b] = old[:b]
+            setattr(self, name, array)
+        self.capacity = capacity
+
+    def add(self, options: SearchOptions, source_length: int) -> int:
+        """A new sentence in the next row; returns the row."""
+        if options.beam_size != self.k:
+            raise ValueError(f"beam_size {options.beam_size} in a batch of beam {self.k}")
+        max_len = options.max_length_for(source_length)
+        if self.size == self.capacity or max_len > self.max_steps:
+            self.max_steps = max(self.max_steps, max_len)
+            self._grow(2 * self.capacity if self.size == self.capacity else self.capacity)
+        row = self.size
+        self.scores[row] = _INITIAL_OTHER_BEAMS
+        self.scores[row, 0] = 0.0
+        self.tokens[row], self.parents[row] = self.bos_id, 0
+        self.t[row], self.max_len[row], self.min_len[row] = 0, max_len, options.min_length
+        self.penalty[row], self.stopping[row] = options.length_penalty, _EARLY_STOPPING[options.early_stopping]
+        self.pool_size[row], self.pool_capacity[row], self.pool_worst[row] = 0, options.n_finished, -np.inf
+        self.done[row] = False
+        self.pools.append(_Finished(options.n_finished))
+        self.options.append(options)
+        self.size += 1
+        return row
+
+    def reorder(self, order: np.ndarray) -> None:
+        """Keep rows ``order`` (the old row of each new row), in that order; drop the others."""
+        order = np.asarray(order, dtype=np.int64)
+        moved = np.flatnonzero(order != np.arange(len(order)))
+        if len(moved):
+            for name in _ROW_ARRAYS:
+                array = getattr(self, name)
+                array[moved] = array[order[moved]]  # the right side is a copy: overlaps are safe
+        self.pools = [self.pools[i] for i in order.tolist()]
+        self.options = [self.options[i] for i in order.tolist()]
+        self.size = len(order)
+
+    def prefix(self, row: int, beam: int) -> list[int]:
+        """Tokens generated so far by running beam ``beam`` of ``row``."""
         out = []
-        for tokens, parents in reversed(self.history):
-            out.append(tokens[beam])
-            beam = parents[beam]
+        for step in range(int(self.t[row]) - 1, -1, -1):
+            out.append(int(self.history_tokens[row, beam, step]))
+            beam = int(self.history_parents[row, beam, step])
         return out[::-1]
 
-    def results(self) -> list[Hypothesis]:
-        return sorted(self.pool.hyps, key=lambda h: -h.score)[: self.options.num_hypotheses]
+    def results(self, row: int) -> list[Hypothesis]:
+        return sorted(self.pools[row].hyps, key=lambda h: -h.score)[: self.options[row].num_hypotheses]
 
+    def advance(self, log_probs: np.ndarray | Candidates) -> None:
+        """One step for rows ``[0, size)`` from their log-probs (b, K, V) or ``Candidates`` (b, K, m)."""
+        b, k, eos = self.size, self.k, self.eos_id
+        scores = self.scores[:b]
+        no_eos = self.t[:b] < self.min_len[:b]  # below min_length, EOS has probability 0
+        if isinstance(log_probs, Candidates):
+            vocab = log_probs.vocab
+            values = np.asarray(log_probs.values, dtype=np.float64)
+            tokens = np.asarray(log_probs.tokens, dtype=np.int64)
+            if no_eos.any():
+                values = np.where(no_eos[:, None, None] & (tokens == eos), -np.inf, values)
+            cand = (scores[:, :, None] + values).reshape(b, -1)
+            flat = (np.arange(k)[None, :, None] * vocab + tokens).reshape(b, -1)  # index in the (K, V) layout
+            order = np.lexsort((flat, -cand), axis=1)[:, : 2 * k]
+            top_scores = np.take_along_axis(cand, order, axis=1)
+            top = np.take_along_axis(flat, order, axis=1)
+        else:
+            log_probs = np.asarray(log_probs, dtype=np.float64)
+            vocab = log_probs.shape[2]
+            if no_eos.any():
+                log_probs = log_probs.copy()
+                log_probs[no_eos, :, eos] = -np.inf
+            cand = (scores[:, :, None] + log_probs).reshape(b, k * vocab)
+            top = _topk_desc(cand, 2 * k)  # (b, 2K)
+            top_scores = np.take_along_axis(cand, top, axis=1)
+        self._apply(top // vocab, top % vocab, top_scores)
 
-def advance(searches: list[SentenceSearch], log_probs: np.ndarray | Candidates) -> None:
-    """One step for sentences that share a beam width, from their log-probs (b, K, V) or
-    their ``Candidates`` (b, K, m)."""
-    min_len = np.array([s.t < s.options.min_length for s in searches])
-    eos = searches[0].eos_id
-    scores = np.stack([s.scores for s in searches])
-    b, k = scores.shape
-    if isinstance(log_probs, Candidates):
-        vocab = log_probs.vocab
-        values = np.asarray(log_probs.values, dtype=np.float64)
-        tokens = np.asarray(log_probs.tokens, dtype=np.int64)
-        if min_len.any():
-            values = np.where(min_len[:, None, None] & (tokens == eos), -np.inf, values)
-        cand = (scores[:, :, None] + values).reshape(b, -1)
-        flat = (np.arange(k)[None, :, None] * vocab + tokens).reshape(b, -1)  # index in the (K, V) layout
-        order = np.lexsort((flat, -cand), axis=1)[:, : 2 * k]
-        top_scores = np.take_along_axis(cand, order, axis=1)
-        top = np.take_along_axis(flat, order, axis=1)
-    else:
-        log_probs = np.asarray(log_probs, dtype=np.float64)
-        vocab = log_probs.shape[2]
-        if min_len.any():
-            log_probs = log_probs.copy()
-            log_probs[min_len, :, eos] = -np.inf
-        cand = (scores[:, :, None] + log_probs).reshape(b, k * vocab)
-        top = _topk_desc(cand, 2 * k)  # (b, 2K)
-        top_scores = np.take_along_axis(cand, top, axis=1)
-    _advance_group(searches, top // vocab, top % vocab, top_scores)
+    def _apply(self, top_beam: np.ndarray, top_token: np.ndarray, top_scores: np.ndarray) -> None:
+        """Apply one step's ranked candidates (b, n), best first: finished hypotheses go to each
+        row's pool, the first K non-EOS candidates run on."""
+        b, k, eos = self.size, self.k, self.eos_id
+        n = top_token.shape[1]
+        if n < k:  # a vocabulary too small to refill every beam: the missing ones stay dead
+            pad = ((0, 0), (0, k - n))
+            top_beam, top_scores = np.pad(top_beam, pad), np.pad(top_scores, pad, constant_values=-np.inf)
+            top_token = np.pad(top_token, pad, constant_values=eos)
+            n = k
+        t = self.t[:b].copy()
+        gen_len = t + 1
+        at_max = gen_len >= self.max_len[:b]
+        is_eos = top_token == eos
+        # Only candidates ranked in the top K may finish (transformers' rule); at the maximum length
+        # every top-K candidate finishes, whatever its token.
+        finishing = (is_eos | at_max[:, None]) & (np.arange(n) < k) & (top_scores > -np.inf)
+        if finishing.any():
+            self._finish(finishing, top_beam, top_token, top_scores, gen_len)
+        running = ~is_eos
+        chosen = running & (np.cumsum(running, axis=1) <= k)
+        order = np.argsort(~chosen, axis=1, kind="stable")[:, :k]  # the chosen, in rank order, first
+        valid = np.take_along_axis(chosen, order, axis=1)
+        tokens = np.where(valid, np.take_along_axis(top_token, order, axis=1), eos)
+        parents = np.where(valid, np.take_along_axis(top_beam, order, axis=1), 0)
+        scores = np.where(valid, np.take_along_axis(top_scores, order, axis=1), -np.inf)  # dead beams
+        rows = np.arange(b)
+        self.history_tokens[rows, :, t] = tokens
+        self.history_parents[rows, :, t] = parents
+        self.tokens[:b], self.parents[:b], self.scores[:b], self.t[:b] = tokens, parents, scores, gen_len
+        self.done[:b] = at_max | self._cannot_improve(scores[:, 0], gen_len)
 
+    def _finish(self, finishing, top_beam, top_token, top_scores, gen_len) -> None:
+        for row, col in zip(*np.nonzero(finishing), strict=True):  # row-major: rank order per sentence
+            score = float(top_scores[row, col])
+            tokens = [*self.prefix(int(row), int(top_beam[row, col])), int(top_token[row, col])]
+            pool = self.pools[row]
+            pool.add(Hypothesis(tokens, score / float(gen_len[row]) ** float(self.penalty[row]), score))
+            self.pool_size[row], self.pool_worst[row] = len(pool.hyps), pool.worst()
 
-def _advance_group(searches: list[SentenceSearch], top_beam: np.ndarray, top_token: np.ndarray,
-                   top_scores: np.ndarray) -> None:
-    """Apply one step's ranked candidates (b, n), best first, to sentences of beam width K:
-    finished hypotheses go to each sentence's pool, the first K non-EOS candidates run on."""
-    k, eos = searches[0].options.beam_size, searches[0].eos_id
-    b, n = top_token.shape
-    if n < k:  # a vocabulary too small to refill every beam: the missing ones stay dead
-        pad = ((0, 0), (0, k - n))
-        top_beam, top_scores = np.pad(top_beam, pad), np.pad(top_scores, pad, constant_values=-np.inf)
-        top_token = np.pad(top_token, pad, constant_values=eos)
-        n = k
-    gen_len = np.array([s.t for s in searches]) + 1
-    at_max = gen_len >= np.array([s.max_len for s in searches])
-    is_eos = top_token == eos
-    # Only candidates ranked in the top K may finish (transformers' rule); at the maximum length
-    # every top-K candidate finishes, whatever its token.
-    finishing = (is_eos | at_max[:, None]) & (np.arange(n) < k) & (top_scores > -np.inf)
-    for row, col in zip(*np.nonzero(finishing), strict=True):  # row-major: rank order per sentence
-        s, score = searches[row], float(top_scores[row, col])
-        tokens_ = [*s.prefix(int(top_beam[row, col])), int(top_token[row, col])]
-        s.pool.add(Hypothesis(tokens_, score / float(gen_len[row]) ** s.options.length_penalty, score))
-    running = ~is_eos
-    chosen = running & (np.cumsum(running, axis=1) <= k)
-    order = np.argsort(~chosen, axis=1, kind="stable")[:, :k]  # the chosen, in rank order, first
-    valid = np.take_along_axis(chosen, order, axis=1)
-    tokens = np.where(valid, np.take_along_axis(top_token, order, axis=1), eos)
-    parents = np.where(valid, np.take_along_axis(top_beam, order, axis=1), 0)
-    scores = np.where(valid, np.take_along_axis(top_scores, order, axis=1), -np.inf)  # dead beams
-    for row, s in enumerate(searches):
-        t = s.t
-        s.history.append((tokens[row].tolist(), parents[row].tolist()))
-        s.tokens, s.parents, s.scores, s.t = tokens[row], parents[row], scores[row], t + 1
-        s.done = bool(at_max[row]) or _is_done(s.pool, scores[row, 0], t + 1, s.max_len, s.options)
+    def _cannot_improve(self, best_running: np.ndarray, gen_len: np.ndarray) -> np.ndarray:
+        """Per row: the pool is full and either early_stopping=True, or the best running beam,
+        normalised by the current length (by the maximum length with "never" and a positive
+        penalty), cannot beat the pool's worst."""
+        b = self.size
+        full = self.pool_size[:b] >= self.pool_capacity[:b]
+        penalty, stopping = self.penalty[:b], self.stopping[:b]
+        length = np.where((stopping == 2) & (penalty > 0), self.max_len[:b], gen_len).astype(np.float64)
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            bound = best_running / length**penalty
+        return full & ((stopping == 1) | (bound <= self.pool_worst[:b]))
 
 
 def beam_search(
@@ -293,27 +384,25 @@ def beam_search(
     Each sentence's result is independent of the others in the batch; finished sentences leave
     the running batch at once.
     """
-    searches = [SentenceSearch(options, int(n), bos_id=bos_id, eos_id=eos_id) for n in source_lengths]
-    assert len(searches) == batch_size
-    live = list(range(batch_size))
+    lengths = [int(n) for n in source_lengths]
+    assert len(lengths) == batch_size
+    batch = BeamBatch(options.beam_size, bos_id=bos_id, eos_id=eos_id, capacity=batch_size,
+                      max_steps=max((options.max_length_for(n) for n in lengths), default=1))
+    for n in lengths:
+        batch.add(options, n)
+    sentence = np.arange(batch_size)  # the sentence in each row
+    results: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
     parents = batch_index = None
-    while live:
-        tokens = np.stack([searches[i].tokens for i in live])
-        log_probs = model.step(tokens, parents, batch_index)
-        advance([searches[i] for i in live], log_probs)
-        keep = [row for row, i in enumerate(live) if not searches[i].done]
-        batch_index = np.asarray(keep, dtype=np.int64)
-        live = [live[row] for row in keep]
-        # Every live search has advanced at least once, so its parents are set.
-        parents = np.stack([cast(np.ndarray, searches[i].parents) for i in live]) if live else None
-    return [s.results() for s in searches]
-
-
-def _is_done(pool: _Finished, best_running: float, gen_len: int, max_len: int, options: SearchOptions) -> bool:
-    if len(pool.hyps) < pool.capacity:
-        return False
-    if options.early_stopping is True:
-        return True
-    lp = options.length_penalty
-    length = max_len if options.early_stopping == "never" and lp > 0 else gen_len
-    return best_running / length**lp <= pool.worst()
+    while batch.size:
+        log_probs = model.step(batch.tokens[: batch.size].copy(), parents, batch_index)
+        batch.advance(log_probs)
+        done = batch.done[: batch.size]
+        for row in np.flatnonzero(done).tolist():
+            results[sentence[row]] = batch.results(row)
+        keep = np.flatnonzero(~done)
+        if len(keep) < batch.size:
+            batch.reorder(keep)
+            sentence = sentence[keep]
+        batch_index = keep
+        parents = batch.parents[: batch.size].copy() if batch.size else None
+    return results

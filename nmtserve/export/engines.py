@@ -111,7 +111,7 @@ def build_options(spec: dict, precision: str = "export", workspace_mb: int | Non
 def spec_dims(spec: dict) -> graphs.Dims:
     try:
         return graphs.Dims(layers=int(spec["layers"]), heads=int(spec["heads"]), d_k=int(spec["d_k"]),
-                           vocab=int(spec["vocab"]))
+                           vocab=int(spec["vocab"]), max_beam=int(spec.get("max_beam", 8)))
     except KeyError as exc:
         raise EngineSetupError(f"{SPEC_FILE} lacks {exc.args[0]!r}; re-export the model with this nmtserve") from exc
 

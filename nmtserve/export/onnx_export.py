@@ -18,9 +18,9 @@ log = logging.getLogger(__name__)
 OPSET = 17
 
 
-def dims_of(model: Transformer) -> graphs.Dims:
+def dims_of(model: Transformer, max_beam: int = 8) -> graphs.Dims:
     c = model.config
-    return graphs.Dims(layers=c.decoder_layers, heads=c.h, d_k=c.d_k, vocab=c.tgt_vocab_size)
+    return graphs.Dims(layers=c.decoder_layers, heads=c.h, d_k=c.d_k, vocab=c.tgt_vocab_size, max_beam=max_beam)
 
 
 class EncoderGraph(nn.Module):
@@ -36,23 +36,24 @@ class EncoderGraph(nn.Module):
 
 
 class DecoderGraph(nn.Module):
-    """Flat positional I/O in ``graphs.decoder_inputs`` / ``decoder_outputs`` order."""
+    """``Transformer.decode_step`` plus each hypothesis' best ``candidates`` tokens (a TopK node:
+    the served search reads only those, so only (N, 2K + 1) values leave the step instead of
+    (N, V)). Positional I/O in ``graphs.decoder_inputs`` / ``decoder_outputs`` order."""
 
-    def __init__(self, model: Transformer):
+    def __init__(self, model: Transformer, dims: graphs.Dims):
         super().__init__()
         self.model = model
-        self.layers = model.config.decoder_layers
+        self.layers, self.candidates = dims.layers, dims.candidates
 
-    def forward(self, input_ids: Tensor, position: Tensor, *rest: Tensor) -> tuple[Tensor, ...]:
+    def forward(self, input_ids: Tensor, position: Tensor, past_key: Tensor, past_value: Tensor,
+                cache_rows: Tensor, past_mask: Tensor, *rest: Tensor) -> tuple[Tensor, ...]:
         n = self.layers
-        past_k, past_v = list(rest[:n]), list(rest[n : 2 * n])
-        cache_rows, past_mask = rest[2 * n], rest[2 * n + 1]
-        mem_k, mem_v = list(rest[2 * n + 2 : 3 * n + 2]), list(rest[3 * n + 2 : 4 * n + 2])
-        src_mask = rest[4 * n + 2]
-        log_probs, new_k, new_v = self.model.decode_step(
-            input_ids, position, past_k, past_v, cache_rows, past_mask, mem_k, mem_v, src_mask
+        mem_k, mem_v, src_mask = list(rest[:n]), list(rest[n : 2 * n]), rest[2 * n]
+        log_probs, new_key, new_value = self.model.decode_step(
+            input_ids, position, past_key, past_value, cache_rows, past_mask, mem_k, mem_v, src_mask
         )
-        return (log_probs, *new_k, *new_v)
+        top_log_probs, top_ids = torch.topk(log_probs, self.candidates, dim=-1)  # sorted, best first
+        return log_probs, top_log_probs, top_ids.to(torch.int32), new_key, new_value
 
 
 def example_decoder_inputs(model: Transformer, batch: int = 2, beam: int = 3, past: int = 4, src: int = 5) -> tuple[Tensor, ...]:
@@ -63,7 +64,7 @@ def example_decoder_inputs(model: Transformer, batch: int = 2, beam: int = 3, pa
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(4, c.tgt_vocab_size, (batch, beam), generator=g, dtype=torch.int32)
     position = torch.full((batch,), past, dtype=torch.int32)
-    past_kv = [torch.randn(past, rows, d.heads, d.d_k, generator=g) for _ in range(2 * d.layers)]
+    past_kv = [torch.randn(past, d.layers, rows, d.heads, d.d_k, generator=g) for _ in range(2)]
     cache_rows = torch.randint(0, rows, (batch, beam, past), generator=g, dtype=torch.int32)
     past_mask = torch.ones(batch, past, dtype=torch.bool)
     mem_k = [torch.randn(batch, d.heads, d.d_k, src, generator=g) for _ in range(d.layers)]
@@ -100,8 +101,8 @@ def export_encoder(model: Transformer, path: Path) -> Path:
     return path
 
 
-def export_decoder(model: Transformer, path: Path) -> Path:
+def export_decoder(model: Transformer, path: Path, max_beam: int = 8) -> Path:
     model.eval()
-    d = dims_of(model)
-    _export(DecoderGraph(model), example_decoder_inputs(model), path, graphs.decoder_inputs(d), graphs.decoder_outputs(d))
+    d = dims_of(model, max_beam)
+    _export(DecoderGraph(model, d), example_decoder_inputs(model), path, graphs.decoder_inputs(d), graphs.decoder_outputs(d))
     return path

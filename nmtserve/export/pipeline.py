@@ -126,7 +126,8 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
     with tempfile.TemporaryDirectory(prefix="nmtserve-export-") as tmp_name:
         tmp = Path(tmp_name)
         t = time.monotonic()
-        encoder, decoder = export_encoder(model, tmp / "encoder.onnx"), export_decoder(model, tmp / "decoder.onnx")
+        encoder = export_encoder(model, tmp / "encoder.onnx")
+        decoder = export_decoder(model, tmp / "decoder.onnx", repo_opts.max_beam)
         stage("onnx", t)
 
         t = time.monotonic()
@@ -136,7 +137,7 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
             raise ExportError("TensorRT lint failed:\n  " + "\n  ".join(findings))
         stage("lint", t)
 
-        d = dims_of(model)
+        d = dims_of(model, repo_opts.max_beam)
         tok = ckpt.tokenizer
         files = {"source": "source.spm"}
         artifacts = {"encoder.onnx": encoder, "decoder.onnx": decoder, "source.spm": tmp / "source.spm"}
@@ -153,7 +154,7 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
             layers=d.layers, heads=d.heads, d_k=d.d_k, vocab=d.vocab, max_positions=cfg.max_positions,
             pad_id=cfg.pad_id, bos_id=cfg.bos_id, eos_id=cfg.eos_id, unk_id=cfg.unk_id,
             src_vocab=cfg.src_vocab_size, max_source_len=opts.max_source_len, max_target_len=opts.max_target_len, max_batch=opts.max_batch,
-            beam_size=opts.beam_size, tokenizer=files, fp16=opts.fp16, max_beam=max(8, opts.beam_size),
+            beam_size=opts.beam_size, tokenizer=files, fp16=opts.fp16, max_beam=repo_opts.max_beam,
             hashes={"encoder.onnx": file_sha256(encoder), "decoder.onnx": file_sha256(decoder)},
         )
         spec.save(tmp / SPEC_FILE)

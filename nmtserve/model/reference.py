@@ -32,9 +32,8 @@ class TorchStepModel:
         self.memory_values = [v for _, v in kv]
         self.src_mask = src != cfg.pad_id
         self.index = CacheIndex(src.shape[0], beam, max_steps)
-        shape = (max_steps, self.index.rows, cfg.h, cfg.d_k)
-        self.past_keys = [torch.zeros(shape) for _ in range(cfg.decoder_layers)]
-        self.past_values = [torch.zeros(shape) for _ in range(cfg.decoder_layers)]
+        shape = (max_steps, cfg.decoder_layers, self.index.rows, cfg.h, cfg.d_k)
+        self.past_key, self.past_value = torch.zeros(shape), torch.zeros(shape)
 
     def step(self, tokens: np.ndarray, parents: np.ndarray | None, batch_index: np.ndarray | None) -> np.ndarray:
         self.index.reorder(parents, batch_index)
@@ -49,8 +48,8 @@ class TorchStepModel:
             log_probs, new_k, new_v = self.model.decode_step(
                 torch.from_numpy(tokens),
                 torch.full((b,), self.index.step_count, dtype=torch.int64),
-                [buf[:t_len] for buf in self.past_keys],
-                [buf[:t_len] for buf in self.past_values],
+                self.past_key[:t_len],
+                self.past_value[:t_len],
                 torch.from_numpy(rows),
                 torch.from_numpy(past_mask),
                 self.memory_keys,
@@ -59,10 +58,8 @@ class TorchStepModel:
             )
         t, write_rows = self.index.advance()
         w = torch.from_numpy(write_rows)
-        for buf, new in zip(self.past_keys, new_k, strict=True):
-            buf[t, w] = new.reshape(-1, *new.shape[2:])
-        for buf, new in zip(self.past_values, new_v, strict=True):
-            buf[t, w] = new.reshape(-1, *new.shape[2:])
+        for buf, new in ((self.past_key, new_k), (self.past_value, new_v)):  # new: (L, B, K, h, d_k)
+            buf[t][:, w] = new.reshape(new.shape[0], -1, *new.shape[3:])
         return log_probs.numpy()
 
 

@@ -1,13 +1,18 @@
 """The exported graphs under ONNX Runtime: an encoder call and a ``StepModel`` for the search.
 
 Per step, the self-attention cache is never copied: the buffers are time-major
-``(T_max, R, h, d_k)`` so ``buf[:T]`` is a contiguous view ORT reads in place, beams are
+``(T_max, L, R, h, d_k)`` so ``buf[:T]`` is a contiguous view ORT reads in place, beams are
 reordered through the ``cache_rows`` table, and only the new step's K/V come back.
+
+Every runtime (this one, ``TensorRTModel``, the BLS runtime) has the same shape: ``encode(src_ids)``
+-> per-layer memory K and V lists, and ``run_step(feeds, outputs)`` -> ``{name: array}`` for the
+requested decoder outputs (``nmtserve.graphs``), nothing read by position.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -44,23 +49,27 @@ class OnnxModel:
         dims = spec.dims
         self._enc_out = [t.name for t in graphs.encoder_outputs(dims)]
         self._dec_out = [t.name for t in graphs.decoder_outputs(dims)]
-        self._float = np.float16 if self.decoder.get_inputs()[2].type == "tensor(float16)" else np.float32
+        past_type = next(i.type for i in self.decoder.get_inputs() if i.name == "past_key")
+        self._float = np.float16 if past_type == "tensor(float16)" else np.float32
 
     def encode(self, src_ids: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """src_ids (B, S) -> per layer memory keys (B, h, d_k, S) and values (B, h, S, d_k)."""
-        out = self.encoder.run(self._enc_out, {"src_ids": np.ascontiguousarray(src_ids, dtype=np.int32)})
-        return out[0::2], out[1::2]
+        out = dict(zip(self._enc_out, self.encoder.run(
+            self._enc_out, {"src_ids": np.ascontiguousarray(src_ids, dtype=np.int32)}), strict=True))
+        return graphs.split_memory(out, self.spec.layers)
 
     def step_model(self, src_ids: np.ndarray, beam: int, max_steps: int) -> OnnxStepModel:
         keys, values = self.encode(src_ids)
         return OnnxStepModel(self, keys, values, src_ids != self.spec.pad_id, beam, max_steps)
 
-    def run_step(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return self.decoder.run(self._dec_out, feeds)
+    def run_step(self, feeds: dict[str, np.ndarray], outputs: Sequence[str] = graphs.STEP_OUTPUTS) -> dict[str, np.ndarray]:
+        names = list(outputs)
+        return dict(zip(names, self.decoder.run(names, feeds), strict=True))
 
 
 class OnnxStepModel:
-    """``nmtserve.decoding.StepModel`` over ``OnnxModel`` for one batch decoded in lockstep."""
+    """``nmtserve.decoding.StepModel`` over ``OnnxModel`` for one batch decoded in lockstep: the
+    full log-probs every step (what the parity check compares with PyTorch)."""
 
     def __init__(self, model: OnnxModel, memory_keys: list[np.ndarray], memory_values: list[np.ndarray],
                  src_mask: np.ndarray, beam: int, max_steps: int):
@@ -71,9 +80,9 @@ class OnnxStepModel:
         self.memory_keys, self.memory_values = memory_keys, memory_values
         self.src_mask = np.ascontiguousarray(src_mask, dtype=bool)
         self.index = CacheIndex(src_mask.shape[0], beam, max_steps)
-        shape = (max_steps, self.index.rows, spec.heads, spec.d_k)
-        self.past_keys = [np.zeros(shape, model._float) for _ in range(spec.layers)]
-        self.past_values = [np.zeros(shape, model._float) for _ in range(spec.layers)]
+        shape = (max_steps, spec.layers, self.index.rows, spec.heads, spec.d_k)
+        self.past_key = np.zeros(shape, model._float)
+        self.past_value = np.zeros(shape, model._float)
 
     def step(self, tokens: np.ndarray, parents: np.ndarray | None, batch_index: np.ndarray | None) -> np.ndarray:
         self.index.reorder(parents, batch_index)
@@ -83,25 +92,28 @@ class OnnxStepModel:
             self.memory_values = [np.ascontiguousarray(v[batch_index]) for v in self.memory_values]
             self.src_mask = np.ascontiguousarray(self.src_mask[batch_index])
         rows, past_mask, t_len = self.index.inputs()
-        n = len(self.past_keys)
         feeds = {
             "input_ids": np.ascontiguousarray(tokens, dtype=np.int32),
             "position": np.full((tokens.shape[0],), self.index.step_count, dtype=np.int32),
+            "past_key": self.past_key[:t_len],
+            "past_value": self.past_value[:t_len],
             "cache_rows": rows.astype(np.int32),
             "past_mask": past_mask,
             "src_mask": self.src_mask,
         }
-        for i in range(n):
-            feeds[f"past_key.{i}"] = self.past_keys[i][:t_len]
-            feeds[f"past_value.{i}"] = self.past_values[i][:t_len]
-            feeds[f"memory_key.{i}"] = self.memory_keys[i]
-            feeds[f"memory_value.{i}"] = self.memory_values[i]
-        out = self.model.run_step(feeds)
+        for i, (k, v) in enumerate(zip(self.memory_keys, self.memory_values, strict=True)):
+            feeds[graphs.memory_key(i)], feeds[graphs.memory_value(i)] = k, v
+        out = self.model.run_step(feeds, ("log_probs", "new_key", "new_value"))
         t, write_rows = self.index.advance()
-        for i in range(n):
-            self.past_keys[i][t, write_rows] = out[1 + i].reshape(-1, *out[1 + i].shape[2:])
-            self.past_values[i][t, write_rows] = out[1 + n + i].reshape(-1, *out[1 + n + i].shape[2:])
-        return out[0]
+        write_cache(self.past_key, self.past_value, t, write_rows, out)
+        return out["log_probs"]
+
+
+def write_cache(past_key, past_value, t: int, rows, out: dict) -> None:
+    """Scatter a step's ``new_key`` / ``new_value`` (L, B, K, h, d_k) into the cache buffers
+    (T, L, R, h, d_k) at time ``t``, hypothesis ``n`` of the flattened (B * K) into row ``rows[n]``."""
+    for buf, new in ((past_key, out["new_key"]), (past_value, out["new_value"])):
+        buf[t][:, rows] = new.reshape(new.shape[0], -1, *new.shape[3:])
 
 
 class OnnxBoundModel(OnnxModel):
@@ -131,7 +143,7 @@ class OnnxBoundModel(OnnxModel):
         self._enc_tensors = graphs.encoder_outputs(dims)
         self._dec_tensors = graphs.decoder_outputs(dims)
 
-    def _run(self, session: ort.InferenceSession, feeds: dict, outputs: list[graphs.Tensor], sizes: dict[str, int]) -> list:
+    def _run(self, session: ort.InferenceSession, feeds: dict, outputs: list[graphs.Tensor], sizes: dict[str, int]) -> dict:
         arrays = self.arrays
         binding = session.io_binding()
         bound = []  # keep every bound array alive until the run is over
@@ -139,11 +151,11 @@ class OnnxBoundModel(OnnxModel):
             value = arrays.ascontiguous(value) if arrays.is_device(value) else arrays.asarray(value)
             bound.append(value)
             binding.bind_input(name, arrays.device_type, arrays.device_id, value.dtype, value.shape, arrays.pointer(value))
-        results = []
+        results = {}
         for t in outputs:
             out = arrays.empty(graphs.shape_of(t, sizes), graphs.resolve_dtype(t, np.dtype(self._float).name))
             binding.bind_output(t.name, arrays.device_type, arrays.device_id, out.dtype, out.shape, arrays.pointer(out))
-            results.append(out)
+            results[t.name] = out
         # ONNX Runtime gets the backend's stream (user_compute_stream), but uploads and the pool's
         # scatter must be complete whatever stream it ends up on; a no-op on the host.
         arrays.synchronize()
@@ -153,8 +165,9 @@ class OnnxBoundModel(OnnxModel):
     def encode(self, src_ids: np.ndarray) -> tuple[list, list]:
         src = np.ascontiguousarray(src_ids, dtype=np.int32)
         out = self._run(self.encoder, {"src_ids": src}, self._enc_tensors, {"batch": src.shape[0], "src_len": src.shape[1]})
-        return out[0::2], out[1::2]
+        return graphs.split_memory(out, self.spec.layers)
 
-    def run_step(self, feeds: dict) -> list:
+    def run_step(self, feeds: dict, outputs: Sequence[str] = graphs.STEP_OUTPUTS) -> dict:
         batch, beam = feeds["input_ids"].shape
-        return self._run(self.decoder, feeds, self._dec_tensors, {"batch": batch, "beam": beam})
+        wanted = [t for t in self._dec_tensors if t.name in outputs]
+        return self._run(self.decoder, feeds, wanted, {"batch": batch, "beam": beam})

@@ -40,7 +40,7 @@ class ModelSpec:
 
     @property
     def dims(self) -> graphs.Dims:
-        return graphs.Dims(layers=self.layers, heads=self.heads, d_k=self.d_k, vocab=self.vocab)
+        return graphs.Dims(layers=self.layers, heads=self.heads, d_k=self.d_k, vocab=self.vocab, max_beam=self.max_beam)
 
     def save(self, path: Path) -> None:
         Path(path).write_text(json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")

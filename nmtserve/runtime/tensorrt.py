@@ -19,6 +19,7 @@ tests run it on host arrays against a TensorRT stand-in (``tests/tensorrt_standi
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -152,7 +153,7 @@ class TensorRTModel:
         dims = spec.dims
         self._enc_out = graphs.encoder_outputs(dims)
         self._dec_out = graphs.decoder_outputs(dims)
-        self._float = self.decoder.dtypes["past_key.0"].type if "past_key.0" in self.decoder.dtypes else np.float32
+        self._float = self.decoder.dtypes["past_key"].type if "past_key" in self.decoder.dtypes else np.float32
         float_name = np.dtype(self._float).name
         check_io(self.encoder.path.name, self.encoder.io(), graphs.encoder_inputs() + self._enc_out, float_name)
         check_io(self.decoder.path.name, self.decoder.io(), graphs.decoder_inputs(dims) + self._dec_out, float_name)
@@ -177,18 +178,18 @@ class TensorRTModel:
         outputs = {t.name: self.arrays.empty(graphs.shape_of(t, sizes), graphs.resolve_dtype(t, float_name))
                    for t in self._enc_out}
         self.encoder.run({"src_ids": src}, outputs)
-        out = list(outputs.values())
-        return out[0::2], out[1::2]
+        return graphs.split_memory(outputs, self.spec.layers)
 
-    def run_step(self, feeds: dict) -> list:
-        """One decoder step: ``log_probs`` (B, K, V), then the new K/V per layer, all on the GPU.
+    def run_step(self, feeds: dict, outputs: Sequence[str] = graphs.STEP_OUTPUTS) -> dict:
+        """One decoder step -> the requested outputs by name, on the GPU. TensorRT writes every
+        output of the plan, so all are bound (``log_probs`` too); only ``outputs`` are returned.
 
         The outputs are views of buffers reused by the next call: consume them first."""
         batch, beam = feeds["input_ids"].shape
         sizes = {"batch": batch, "beam": beam}
-        outputs = {}
+        bound = {}
         for t in self._dec_out:
             shape = graphs.shape_of(t, sizes)
-            outputs[t.name] = self._dec_buffers[t.name][: int(np.prod(shape))].reshape(shape)
-        self.decoder.run(feeds, outputs)
-        return list(outputs.values())
+            bound[t.name] = self._dec_buffers[t.name][: int(np.prod(shape))].reshape(shape)
+        self.decoder.run(feeds, bound)
+        return {name: bound[name] for name in outputs}

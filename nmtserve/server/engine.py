@@ -3,48 +3,50 @@
 Sentences (not requests) are the unit: a request's sentences join the running batch at the
 next step boundary as capacity allows, and each leaves the moment its search is done, so a
 short request never waits for a long one and one large request cannot block small ones for
-its whole duration. Every sentence runs the shared ``SentenceSearch``.
+its whole duration.
 
-The self-attention cache is one preallocated time-major pool per layer,
-``(T_pool, R_pool, h, d_k)``. Each step of the running batch writes at one global time ``g``;
-a sentence that joined at global time ``start`` owns ``K`` cache rows and a small table of
-which row holds each hypothesis' ancestor at each of its local times (cache indirection, see
-``nmtserve.model.transformer``). The graph sees the window ``[t_lo, g)`` of the pool (a
-contiguous slice) and a mask of each sentence's own times inside it. When ``g`` reaches the end
-of the pool, the live window is copied to the front (once per ~``T_pool / 2`` steps).
+Running sentences are kept per beam width in a ``_Group``, one row each, in the order the step
+feeds them; every per-sentence input of a step is a slice of the group's arrays, so a step costs
+a fixed number of array operations however many sentences run (no Python per sentence):
 
-The cross-attention memory of the running sentences of one beam width sits in one set of
-buffers, a row per sentence, in the order the step feeds them (``_MemoryGroup``): a step reads
-``buffer[:b]`` in place, a sentence that leaves is replaced by the last row, one that joins is
-written once into the next. Nothing is restacked per step.
+* the search state is a ``BeamBatch`` (``nmtserve.decoding.search``);
+* the self-attention cache is one preallocated time-major pool per K and V for all layers,
+  ``(T_pool, L, R_pool, h, d_k)``. Each step of the running batch writes at one global time
+  ``g``; a sentence that joined at global time ``start`` owns ``K`` cache rows, and its group's
+  ``table`` says which row holds each hypothesis' ancestor at each global time (cache
+  indirection, see ``nmtserve.model.transformer``). The graph sees the window ``[t_lo, g)`` of
+  the pool (one contiguous slice) and a mask of each sentence's own times in it. When ``g``
+  reaches the end of the pool, the live window is copied to the front;
+* the cross-attention memory of the group's sentences, a row per sentence, fed in place.
 
-The pool and the cross-attention memory live in the runtime's ``arrays`` backend
-(``nmtserve.runtime.arrays``): NumPy for the CPU runtimes, CuPy on a GPU, where they never leave
-the device. A step hands the runtime small host tables (ids, positions, ``cache_rows``, masks)
-and gets back host log-probabilities for the search and device K/V, which it scatters into the
-pool on the device. The log-probs are reduced where they are to each hypothesis' best
-``2K + 1`` tokens (``search.preselect``) before they go to the host for the search: with an
-opus-mt vocabulary that is ~3,000 times less than the full ``(b, K, V)`` array.
+A sentence that leaves is replaced by the group's last row (one row copy per array). The pool
+grows with the sentences in flight (rows double, up to ``max_sentences`` at the served beam)
+and with the longest target they may reach, instead of being sized for the worst case up front.
+
+The pool and the memory live in the runtime's ``arrays`` backend (``nmtserve.runtime.arrays``):
+NumPy for the CPU runtimes, CuPy on a GPU, where they never leave the device. A step hands the
+runtime small host tables (ids, positions, ``cache_rows``, masks) and gets back each
+hypothesis' best ``2 * max_beam + 1`` tokens (chosen inside the decoder graph) for the search,
+and the new K/V, which it scatters into the pool where the pool lives.
 
 Torch-free and Triton-free: the runtime is anything with ``spec``, ``encode(src_ids)`` and
-``run_step(feeds)`` (``OnnxModel`` in-process, ``TensorRTModel`` on a GPU, or BLS calls to the
-``decoder`` model).
+``run_step(feeds) -> {name: array}`` (``OnnxModel`` in-process, ``TensorRTModel`` on a GPU, or
+BLS calls to the ``decoder`` model).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-from ..decoding.search import Candidates, Hypothesis, SearchOptions, SentenceSearch, advance
-from ..decoding.search import preselect as _preselect
+from .. import graphs
+from ..decoding.search import BeamBatch, Candidates, Hypothesis, SearchOptions
 from ..graphs import pad_batch
 from ..runtime.arrays import HOST, ArrayBackend
 from ..runtime.spec import ModelSpec
@@ -54,14 +56,14 @@ log = logging.getLogger(__name__)
 
 class StepRuntime(Protocol):
     """``encode`` returns per-layer memory K/V in the runtime's arrays (``arrays``; NumPy when the
-    runtime has none). ``run_step`` takes host or backend arrays and returns ``log_probs`` and the
-    new K/V per layer, all in backend arrays (``nmtserve.graphs`` order)."""
+    runtime has none). ``run_step`` takes host or backend arrays and returns the requested
+    decoder outputs by name (``graphs.STEP_OUTPUTS`` by default), in backend arrays."""
 
     spec: ModelSpec
 
     def encode(self, src_ids: np.ndarray) -> tuple[list, list]: ...
 
-    def run_step(self, feeds: dict) -> list: ...
+    def run_step(self, feeds: dict) -> dict: ...
 
 
 Callback = Callable[[list[list[Hypothesis]] | None, BaseException | None], None]
@@ -83,19 +85,11 @@ class _Request:
         self.remaining = len(self.sources)
 
 
-@dataclass(eq=False)
-class _Sentence:
-    request: _Request
-    index: int
-    search: SentenceSearch
-    rows: np.ndarray  # (K,) cache rows this sentence writes
-    start: int  # global time of its first step
-    table: np.ndarray  # (K, max_len) ancestor row at each local time
-    src_len: int
-    mem_row: int = -1  # its row in its beam width's _MemoryGroup
-
-
 class EngineStopped(RuntimeError):
+    pass
+
+
+class RequestCancelled(RuntimeError):
     pass
 
 
@@ -103,33 +97,28 @@ class InflightBatcher:
     """Runs the decode loop in a background thread; ``submit`` from any thread."""
 
     def __init__(self, runtime: StepRuntime, max_sentences: int | None = None, max_beam: int = 8,
-                 pool_slack: int = 64, preselect: bool | None = None):
+                 pool_slack: int = 64):
         spec = runtime.spec
         self.runtime, self.spec = runtime, spec
         self.max_sentences = max_sentences or spec.max_batch
         self.max_beam = max_beam
-        # A sentence lives at most max_target_len steps, so with this much slack the live window
-        # always fits and compaction (a copy of the live window) runs at most every ~64 steps.
-        self.pool_time = spec.max_target_len + pool_slack + 2
-        # Rows for max_sentences at the served default beam; wider beams admit fewer at once.
-        rows = self.max_sentences * max(1, min(max_beam, spec.beam_size))
+        self.slack = pool_slack
+        # Cache rows for max_sentences at the served default beam; wider beams admit fewer at once.
+        self.max_rows = self.max_sentences * max(1, min(max_beam, spec.beam_size))
         self._float = getattr(runtime, "_float", np.float32)
         self.arrays: ArrayBackend = getattr(runtime, "arrays", HOST)
-        shape = (self.pool_time, rows, spec.heads, spec.d_k)
         self.arrays.activate()
-        self.past_keys = [self.arrays.zeros(shape, self._float) for _ in range(spec.layers)]
-        self.past_values = [self.arrays.zeros(shape, self._float) for _ in range(spec.layers)]
-        self.free_rows: deque[int] = deque(range(rows))
+        self.past_key: Any = None  # the cache pool, allocated for the first sentences (_reserve)
+        self.past_value: Any = None
+        self.pool_time = self.pool_rows = 0
+        self.free_rows: deque[int] = deque()
         self.g = 0  # global time of the next step
-        self.active: list[_Sentence] = []
         self.pending: deque[_Request] = deque()
         self._cond = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
-        self._groups: dict[int, _MemoryGroup] = {}  # beam width -> its running sentences
-        # Preselect when it shrinks what the search reads by > 4x (always, for real vocabularies).
-        self.preselect = preselect if preselect is not None else spec.vocab > 4 * (2 * max_beam + 1)
-        self.stats = {"steps": 0, "sentences": 0, "requests": 0, "max_batch_seen": 0, "preselect_declined": 0}
+        self._groups: dict[int, _Group] = {}  # beam width -> its running sentences
+        self.stats = {"steps": 0, "sentences": 0, "requests": 0, "max_batch_seen": 0}
 
     # ---- public API -----------------------------------------------------------------
     def start(self) -> InflightBatcher:
@@ -143,6 +132,15 @@ class InflightBatcher:
             self._cond.notify_all()
         if self._thread:
             self._thread.join(timeout)
+
+    @property
+    def running(self) -> int:
+        """Sentences decoding now."""
+        return sum(g.size for g in self._groups.values())
+
+    @property
+    def rows_in_use(self) -> int:
+        return self.pool_rows - len(self.free_rows)
 
     def submit(self, sources: Sequence[Sequence[int]], options: SearchOptions, callback: Callback,
                cancelled: Callable[[], bool] | None = None) -> None:
@@ -183,27 +181,26 @@ class InflightBatcher:
         self.arrays.activate()  # CUDA device and stream are per thread
         while True:
             with self._cond:
-                while not self._stopping and not self.pending and not self.active:
+                while not self._stopping and not self.pending and not self._groups:
                     self._cond.wait()
                 if self._stopping:
                     self._fail_all(EngineStopped("the decoding engine is shutting down"))
                     return
             try:
                 self._admit()
-                if self.active:
+                if self._groups:
                     self._step()
             except Exception as exc:  # a runtime failure fails the running requests, not the server
                 log.exception("decoding step failed")
                 self._fail_all(exc)
 
     def _fail_all(self, exc: BaseException) -> None:
-        requests = {s.request for s in self.active}
+        requests = {r for g in self._groups.values() for r in g.requests()}
         with self._cond:
             requests |= set(self.pending)
             self.pending.clear()
-        for s in self.active:
-            self.free_rows.extend(s.rows.tolist())
-        self.active = []
+        for group in self._groups.values():
+            self.free_rows.extend(group.rows[: group.size].reshape(-1).tolist())
         self._groups.clear()
         for r in requests:
             if not r.failed:
@@ -214,16 +211,16 @@ class InflightBatcher:
         admitted: list[tuple[_Request, int]] = []
         rows_needed = 0
         with self._cond:
-            capacity = self.max_sentences - len(self.active)
+            capacity = self.max_sentences - self.running
             while self.pending and capacity > 0:
                 request = self.pending[0]
                 if request.cancelled and request.cancelled():
                     self.pending.popleft()
                     request.failed = True
-                    request.callback(None, CancelledError("request cancelled"))
+                    request.callback(None, RequestCancelled("request cancelled"))
                     continue
                 k = request.options.beam_size
-                if len(self.free_rows) < rows_needed + k:
+                if rows_needed + k > self.max_rows - self.rows_in_use:
                     break
                 rows_needed += k
                 admitted.append((request, request.next_sentence))
@@ -233,9 +230,9 @@ class InflightBatcher:
                     self.pending.popleft()
         if not admitted:
             return
-        if self.g + 1 >= self.pool_time:
-            self._compact()
         sources = [r.sources[i] for r, i in admitted]
+        longest = max(r.options.max_length_for(len(s)) for (r, _), s in zip(admitted, sources, strict=True))
+        self._reserve(rows_needed, longest)
         src = pad_batch(sources, self.spec.pad_id, np.int32)
         try:
             keys, values = self.runtime.encode(src)
@@ -244,57 +241,76 @@ class InflightBatcher:
             self._drop({r for r, _ in admitted}, exc)
             return
         for row, (request, i) in enumerate(admitted):
-            n = len(sources[row])
-            search = SentenceSearch(request.options, n, bos_id=self.spec.bos_id, eos_id=self.spec.eos_id)
             k = request.options.beam_size
             rows = np.array([self.free_rows.popleft() for _ in range(k)], dtype=np.int64)
-            sentence = _Sentence(request=request, index=i, search=search, rows=rows, start=self.g,
-                                 table=np.repeat(rows[:, None], max(search.max_len, 1), axis=1), src_len=n)
-            self.active.append(sentence)
-            self._group(k, n).add(sentence, [k_[row] for k_ in keys], [v_[row] for v_ in values])
-        self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], len(self.active))
+            group = self._group(k, len(sources[row]))
+            group.add(request, i, rows, self.g, len(sources[row]),
+                      [k_[row] for k_ in keys], [v_[row] for v_ in values])
+        self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], self.running)
+
+    def _reserve(self, rows: int, longest: int) -> None:
+        """Grow the cache pool, if needed, for ``rows`` more rows and sentences of up to ``longest``
+        steps: rows double (up to ``max_rows``), time covers the longest live sentence plus slack."""
+        need_rows = self.rows_in_use + rows
+        need_time = max(longest, max((g.longest() for g in self._groups.values()), default=0)) + self.slack + 2
+        if not self._groups:
+            self.g = 0  # nothing live: the pool's window starts over, no copy needed
+        elif self.g + 1 >= self.pool_time:
+            self._compact()
+        new_rows = self.pool_rows
+        while new_rows < need_rows:
+            new_rows = min(self.max_rows, max(2 * new_rows, 8 * max(1, min(self.max_beam, self.spec.beam_size))))
+        new_time = max(self.pool_time, need_time)
+        if (new_rows, new_time) == (self.pool_rows, self.pool_time):
+            return
+        spec = self.spec
+        shape = (new_time, spec.layers, new_rows, spec.heads, spec.d_k)
+        key, value = self.arrays.zeros(shape, self._float), self.arrays.zeros(shape, self._float)
+        if self.past_key is not None:
+            t, r = self.pool_time, self.pool_rows
+            key[:t, :, :r] = self.past_key
+            value[:t, :, :r] = self.past_value
+        for group in self._groups.values():
+            group.widen_table(new_time)
+        self.free_rows.extend(range(self.pool_rows, new_rows))
+        self.past_key, self.past_value = key, value
+        self.pool_rows, self.pool_time = new_rows, new_time
+        log.info("cache pool: %d rows x %d steps (%.1f MB)", new_rows, new_time,
+                 2 * int(np.prod(shape)) * np.dtype(self._float).itemsize / 2**20)
 
     def _compact(self) -> None:
-        lo = min((s.start for s in self.active), default=self.g)
-        if lo == 0:
-            raise RuntimeError("decoder cache pool exhausted")
+        lo = min((int(g.start[: g.size].min()) for g in self._groups.values()), default=self.g)
+        if lo == 0:  # a sentence has been running since the window began: make room instead
+            self._reserve(0, self.pool_time)
+            return
         span = self.g - lo
-        for buf in (*self.past_keys, *self.past_values):
-            buf[:span] = buf[lo : self.g].copy()  # on the backend's device
-        for s in self.active:
-            s.start -= lo
+        if self.past_key is not None:
+            for buf in (self.past_key, self.past_value):
+                buf[:span] = buf[lo : self.g].copy()  # on the backend's device
+        for group in self._groups.values():
+            group.shift(lo, self.g)
         self.g = span
 
-    def _group(self, beam: int, src_len: int) -> _MemoryGroup:
-        """The memory group of a beam width with room for one more sentence of ``src_len``
-        source tokens. Buffers grow on demand (rows doubling up to ``max_sentences``), so beam
-        widths that few requests use do not each hold memory for a full batch."""
+    def _group(self, beam: int, src_len: int) -> _Group:
+        """The group of a beam width, with memory wide enough for ``src_len`` source tokens."""
         group = self._groups.get(beam)
-        full = group is not None and len(group.members) == group.capacity
-        if group is None or group.width < src_len or full:
-            width = _MemoryGroup.round_width(max(src_len, group.widest() if group else 0), self.spec.max_source_len)
-            capacity = group.capacity if group is not None else min(8, self.max_sentences)
-            if full:
-                capacity = min(2 * capacity, self.max_sentences)
-            self._groups[beam] = group = _MemoryGroup(self.arrays, self.spec, self._float, capacity, width,
-                                                      previous=group)
+        if group is None:
+            group = self._groups[beam] = _Group(self, beam, src_len)
+        group.fit_width(src_len)
         return group
 
     def _drop_cancelled(self) -> None:
-        cancelled = {s.request for s in self.active if s.request.cancelled and s.request.cancelled()}
+        cancelled = {r for g in self._groups.values() for r in g.requests() if r.cancelled and r.cancelled()}
         if cancelled:
-            self._drop(cancelled, CancelledError("request cancelled"))
+            self._drop(cancelled, RequestCancelled("request cancelled"))
 
     def _drop(self, requests: set[_Request], error: BaseException) -> None:
         """Fail these requests alone: their running sentences leave (rows freed), their queued
         sentences are forgotten, every other request keeps decoding."""
-        keep = []
-        for s in self.active:
-            if s.request in requests:
-                self._release(s)
-            else:
-                keep.append(s)
-        self.active = keep
+        for beam, group in list(self._groups.items()):
+            leaving = [row for row, (request, _) in enumerate(group.members) if request in requests]
+            if leaving:
+                self._remove(beam, np.array(leaving))
         with self._cond:
             self.pending = deque(r for r in self.pending if r not in requests)
         for r in requests:
@@ -302,90 +318,61 @@ class InflightBatcher:
                 r.failed = True
                 r.callback(None, error)
 
-    def _step(self) -> None:
-        self._drop_cancelled()
-        if not self.active:
-            return
-        g = self.g
-        finished: list[_Sentence] = []
-        for k in list(self._groups):
-            memory = self._groups[k] = self._groups[k].fitted()
-            group = memory.members  # in memory-row order: every per-sentence input follows it
-            t_lo = min(s.start for s in group)
-            t_len = max(g - t_lo, 1)  # >= 1: a fresh batch attends a masked dummy slot
-            b = len(group)
-            cache_rows = np.empty((b, k, t_len), dtype=np.int32)
-            past_mask = np.zeros((b, t_len), dtype=bool)
-            for row, s in enumerate(group):
-                off, t = s.start - t_lo, s.search.t
-                cache_rows[row] = s.rows[0]
-                cache_rows[row, :, off : off + t] = s.table[:, :t]
-                past_mask[row, off : off + t] = True
-            src_mask = np.arange(memory.width)[None, :] < np.array([s.src_len for s in group])[:, None]
-            feeds = {
-                "input_ids": np.stack([s.search.tokens for s in group]).astype(np.int32),
-                "position": np.array([s.search.t for s in group], dtype=np.int32),
-                "cache_rows": cache_rows,
-                "past_mask": past_mask,
-                "src_mask": src_mask,
-            }
-            for i in range(self.spec.layers):
-                feeds[f"past_key.{i}"] = self.past_keys[i][t_lo : t_lo + t_len]
-                feeds[f"past_value.{i}"] = self.past_values[i][t_lo : t_lo + t_len]
-                feeds[f"memory_key.{i}"] = memory.keys[i][:b]  # rows [0, b): contiguous, read in place
-                feeds[f"memory_value.{i}"] = memory.values[i][:b]
-            out = self.runtime.run_step(feeds)
-            write_rows = self.arrays.asarray(np.concatenate([s.rows for s in group]))
-            n = self.spec.layers
-            for i in range(n):  # scattered into the pool where it lives (on the GPU: a device kernel)
-                self.past_keys[i][g, write_rows] = out[1 + i].reshape(-1, *out[1 + i].shape[2:])
-                self.past_values[i][g, write_rows] = out[1 + n + i].reshape(-1, *out[1 + n + i].shape[2:])
-            for s in group:
-                s.table[:, s.search.t] = s.rows
-            searches = [s.search for s in group]
-            advance(searches, self._to_search(out[0], k))
-            for s in group:
-                if s.search.done:
-                    finished.append(s)
-                else:
-                    s.table = s.table[s.search.parents]
-        self.g += 1
-        self.stats["steps"] += 1
-        if finished:
-            done = set(map(id, finished))
-            self.active = [s for s in self.active if id(s) not in done]
-            for s in finished:
-                self._release(s)
-                self._finish(s)
-        if self.active and self.g + 1 >= self.pool_time:
-            self._compact()
-
-    def _to_search(self, log_probs, beam: int) -> np.ndarray | Candidates:
-        """The step's log-probs as the search reads them, on the host: each hypothesis' best
-        2K + 1 tokens, picked where the array lives, or the whole array."""
-        arrays = self.arrays
-        if self.preselect:
-            picked = _preselect(log_probs, 2 * beam + 1, arrays.xp)
-            if picked is not None:
-                values, tokens, ambiguous = picked
-                if not bool(arrays.asnumpy(ambiguous)):
-                    return Candidates(arrays.asnumpy(values), arrays.asnumpy(tokens), self.spec.vocab)
-                self.stats["preselect_declined"] += 1  # a tie at the cut-off: exactness needs them all
-        return arrays.asnumpy(log_probs)
-
-    def _release(self, s: _Sentence) -> None:
-        self.free_rows.extend(s.rows.tolist())
-        beam = s.search.options.beam_size
+    def _remove(self, beam: int, rows: np.ndarray) -> None:
         group = self._groups[beam]
-        group.remove(s)
-        if not group.members:
+        self.free_rows.extend(group.rows[rows].reshape(-1).tolist())
+        group.remove(rows)
+        if not group.size:
             del self._groups[beam]  # a later sentence starts a fresh group, as wide as it needs
 
-    def _finish(self, s: _Sentence) -> None:
-        request = s.request
+    def _step(self) -> None:
+        self._drop_cancelled()
+        g = self.g
+        for beam in list(self._groups):
+            group = self._groups[beam]
+            group.fit_width(0)
+            b, k = group.size, beam
+            t_lo = int(group.start[:b].min())
+            t_len = max(g - t_lo, 1)  # >= 1: a fresh batch attends a masked dummy slot
+            times = np.arange(t_lo, t_lo + t_len)
+            feeds = {
+                "input_ids": group.search.tokens[:b].astype(np.int32),
+                "position": group.search.t[:b].astype(np.int32),
+                "past_key": self.past_key[t_lo : t_lo + t_len],
+                "past_value": self.past_value[t_lo : t_lo + t_len],
+                "cache_rows": np.ascontiguousarray(group.table[:b, :, t_lo : t_lo + t_len]),
+                "past_mask": (times >= group.start[:b, None]) & (times < g),
+                "src_mask": np.arange(group.width)[None, :] < group.src_len[:b, None],
+            }
+            for i in range(self.spec.layers):  # rows [0, b): contiguous, read in place
+                feeds[graphs.memory_key(i)] = group.keys[i][:b]
+                feeds[graphs.memory_value(i)] = group.values[i][:b]
+            out = self.runtime.run_step(feeds)
+            rows = group.rows[:b]
+            write_rows = self.arrays.asarray(rows.reshape(-1))
+            for buf, new in ((self.past_key, out["new_key"]), (self.past_value, out["new_value"])):
+                buf[g][:, write_rows] = new.reshape(new.shape[0], -1, *new.shape[3:])  # where the pool lives
+            group.table[:b, :, g] = rows
+            m = min(2 * k + 1, out["top_ids"].shape[-1])
+            group.search.advance(Candidates(self.arrays.asnumpy(out["top_log_probs"][..., :m]),
+                                            self.arrays.asnumpy(out["top_ids"][..., :m]), self.spec.vocab))
+            window = group.table[:b, :, t_lo : g + 1]
+            group.table[:b, :, t_lo : g + 1] = np.take_along_axis(window, group.search.parents[:b, :, None], axis=1)
+            done = np.flatnonzero(group.search.done[:b])
+            if len(done):
+                for row in done.tolist():
+                    self._finish(group, row)
+                self._remove(beam, done)
+        self.g += 1
+        self.stats["steps"] += 1
+        if self._groups and self.g + 1 >= self.pool_time:
+            self._compact()
+
+    def _finish(self, group: _Group, row: int) -> None:
+        request, index = group.members[row]
         if request.failed:
             return
-        request.results[s.index] = s.search.results()
+        request.results[index] = group.search.results(row)
         request.remaining -= 1
         self.stats["sentences"] += 1
         if request.remaining == 0:
@@ -393,74 +380,112 @@ class InflightBatcher:
             request.callback(request.results, None)  # type: ignore[arg-type]
 
 
-class _MemoryGroup:
-    """Cross-attention memory of the running sentences of one beam width, one row each.
+class _Group:
+    """The running sentences of one beam width ``K``, one row each, in the order a step feeds them.
 
-    Per layer, buffers ``(capacity, h, d_k, width)`` / ``(capacity, h, width, d_k)`` hold the
-    members' encoder outputs in rows ``[0, count)``, in ``members`` order, so a step feeds
-    ``buffer[:count]`` in place: nothing is restacked per step. A sentence that leaves is
-    replaced by the last row (one row copy per layer); one that joins is written into the next
-    row. ``width`` covers the longest source seen; positions past a sentence's own length are
-    masked (their contents are stale but finite). It grows by reallocation (in steps of 16) when a
-    longer source joins and shrinks when it is more than twice what the members need (``fitted``).
+    Per row: the search state (``search``, a ``BeamBatch``), the ``K`` cache rows it writes
+    (``rows``), its global start time, its source length, its ancestor ``table``
+    ``(K, T_pool)`` (indexed by global time) and its cross-attention memory (per layer
+    ``(h, d_k, width)`` / ``(h, width, d_k)``; positions past the source are masked: their
+    contents are stale but finite). Rows ``[0, size)`` are live; ``remove`` moves the last rows
+    into the holes, so every array stays a dense prefix that a step slices without copying.
     """
 
-    def __init__(self, arrays: ArrayBackend, spec: ModelSpec, dtype, capacity: int, width: int,
-                 previous: _MemoryGroup | None = None):
-        self.arrays, self.spec, self.dtype, self.capacity, self.width = arrays, spec, dtype, capacity, width
-        self.keys = [arrays.zeros((capacity, spec.heads, spec.d_k, width), dtype) for _ in range(spec.layers)]
-        self.values = [arrays.zeros((capacity, spec.heads, width, spec.d_k), dtype) for _ in range(spec.layers)]
-        self.members: list[_Sentence] = []
-        if previous is not None and previous.members:
-            b, w = len(previous.members), min(previous.width, width)
-            for layer in range(spec.layers):
-                self.keys[layer][:b, :, :, :w] = previous.keys[layer][:b, :, :, :w]
-                self.values[layer][:b, :, :w] = previous.values[layer][:b, :, :w]
-            self.members = previous.members
+    def __init__(self, engine: InflightBatcher, beam: int, src_len: int):
+        self.engine, self.spec, self.arrays = engine, engine.spec, engine.arrays
+        self.k = beam
+        self.members: list[tuple[_Request, int]] = []
+        self.capacity = 0
+        self.width = self.round_width(src_len)
+        self.search = BeamBatch(beam, bos_id=self.spec.bos_id, eos_id=self.spec.eos_id, capacity=8,
+                                max_steps=engine.spec.max_target_len)
+        self.rows = np.zeros((0, beam), np.int64)
+        self.start = np.zeros(0, np.int64)
+        self.src_len = np.zeros(0, np.int64)
+        self.table = np.zeros((0, beam, engine.pool_time), np.int32)
+        self.keys: list = []
+        self.values: list = []
+        self._resize(min(8, engine.max_sentences), self.width)
 
-    def widest(self) -> int:
-        return max((s.src_len for s in self.members), default=0)
+    @property
+    def size(self) -> int:
+        return len(self.members)
 
-    @staticmethod
-    def round_width(need: int, limit: int) -> int:
-        """Widths in steps of 16 (at most ``limit``), so that sources a little longer than the
-        last do not reallocate the buffers every time."""
-        return min(limit, -(-need // 16) * 16) if need else 16
+    def requests(self) -> set[_Request]:
+        return {r for r, _ in self.members}
 
-    def add(self, s: _Sentence, keys: list, values: list) -> None:
-        """Append ``s`` with its encoder outputs (per layer (h, d_k, S) / (h, S, d_k), S >= src_len)."""
-        row, n = len(self.members), s.src_len
+    def longest(self) -> int:
+        """The most steps any live row may still need, counted from its start."""
+        return int(self.search.max_len[: self.size].max()) if self.size else 0
+
+    def round_width(self, need: int) -> int:
+        """Memory widths in steps of 16 (at most max_source_len), so that sources a little longer
+        than the last do not reallocate the buffers every time."""
+        return min(self.spec.max_source_len, -(-max(need, 1) // 16) * 16)
+
+    def _resize(self, capacity: int, width: int) -> None:
+        """(Re)allocate the per-row arrays for ``capacity`` rows and memory ``width``, keeping the rows."""
+        b, spec, dtype = self.size, self.spec, self.engine._float
+        keys = [self.arrays.zeros((capacity, spec.heads, spec.d_k, width), dtype) for _ in range(spec.layers)]
+        values = [self.arrays.zeros((capacity, spec.heads, width, spec.d_k), dtype) for _ in range(spec.layers)]
+        w = min(width, self.width)
+        for layer in range(len(self.keys)):
+            keys[layer][:b, :, :, :w] = self.keys[layer][:b, :, :, :w]
+            values[layer][:b, :, :w] = self.values[layer][:b, :, :w]
+        self.keys, self.values, self.width = keys, values, width
+        if capacity != self.capacity:
+            for name in ("rows", "start", "src_len", "table"):
+                old = getattr(self, name)
+                new = np.zeros((capacity, *old.shape[1:]), old.dtype)
+                new[:b] = old[:b]
+                setattr(self, name, new)
+            self.capacity = capacity
+
+    def widen_table(self, pool_time: int) -> None:
+        table = np.zeros((self.capacity, self.k, pool_time), np.int32)
+        table[:, :, : self.table.shape[2]] = self.table
+        self.table = table
+
+    def fit_width(self, src_len: int) -> None:
+        """Widen the memory for a source of ``src_len`` tokens, or narrow it once it is more than
+        twice what the rows need (the decoder's cross-attention costs in proportion to its width)."""
+        widest = max(src_len, int(self.src_len[: self.size].max()) if self.size else 0)
+        need = self.round_width(widest)
+        if need > self.width or self.width > 2 * need:
+            self._resize(self.capacity, need)
+
+    def add(self, request: _Request, index: int, rows: np.ndarray, start: int, src_len: int,
+            keys: list, values: list) -> None:
+        """Append a sentence with its encoder outputs (per layer (h, d_k, S) / (h, S, d_k), S >= src_len)."""
+        if self.size == self.capacity:
+            self._resize(min(2 * self.capacity, self.engine.max_sentences), self.width)
+        row = self.size
+        self.search.add(request.options, src_len)
+        self.rows[row], self.start[row], self.src_len[row] = rows, start, src_len
         for layer in range(self.spec.layers):
-            self.keys[layer][row, :, :, :n] = keys[layer][:, :, :n]
-            self.values[layer][row, :, :n] = values[layer][:, :n]
-        s.mem_row = row
-        self.members.append(s)
+            self.keys[layer][row, :, :, :src_len] = keys[layer][:, :, :src_len]
+            self.values[layer][row, :, :src_len] = values[layer][:, :src_len]
+        self.members.append((request, index))
 
-    def remove(self, s: _Sentence) -> None:
-        row, last = s.mem_row, len(self.members) - 1
-        if row != last:
-            moved = self.members[last]
+    def remove(self, rows: np.ndarray) -> None:
+        """Drop ``rows``: the last live rows move into their places (one copy per array)."""
+        b = self.size
+        gone = set(np.asarray(rows).tolist())
+        keep = [r for r in range(b) if r not in gone]
+        tail = deque(r for r in reversed(keep) if r >= len(keep))  # live rows past the new end
+        order = np.array([r if r not in gone else tail.popleft() for r in range(len(keep))], dtype=np.int64)
+        self.search.reorder(order)
+        moved = np.flatnonzero(order != np.arange(len(order)))
+        if len(moved):
+            src = order[moved]
+            for array in (self.rows, self.start, self.src_len, self.table):
+                array[moved] = array[src]
+            dev_moved, dev_src = self.arrays.asarray(moved), self.arrays.asarray(src)
             for buf in (*self.keys, *self.values):
-                buf[row] = buf[last]
-            self.members[row], moved.mem_row = moved, row
-        self.members.pop()
-        s.mem_row = -1
+                buf[dev_moved] = buf[dev_src]
+        self.members = [self.members[r] for r in order.tolist()]
 
-    def fitted(self) -> _MemoryGroup:
-        """This group, or a narrower copy when it is more than twice as wide as its members need
-        (the decoder's cross-attention costs in proportion to the width it is given)."""
-        need = self.round_width(self.widest(), self.spec.max_source_len)
-        if self.width <= 2 * need:
-            return self
-        return _MemoryGroup(self.arrays, self.spec, self.dtype, self.capacity, need, previous=self)
-
-
-class CancelledError(RuntimeError):
-    pass
-
-
-def wait_idle(engine: InflightBatcher, timeout: float = 5.0) -> None:
-    """Test helper: wait until nothing is pending or running."""
-    deadline = time.monotonic() + timeout
-    while (engine.pending or engine.active) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    def shift(self, lo: int, g: int) -> None:
+        """The pool's window ``[lo, g)`` moved to the front: move the tables with it."""
+        self.table[:, :, : g - lo] = self.table[:, :, lo:g].copy()
+        self.start[: self.size] -= lo

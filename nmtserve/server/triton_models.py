@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import graphs
 from ..decoding.search import SearchOptions
 from ..graphs import pad_batch
 from .protocol import (
@@ -298,11 +299,8 @@ class BlsRuntime:
     """
 
     def __init__(self, spec):
-        from .. import graphs
-
         self.spec = spec
         self._enc_out = [t.name for t in graphs.encoder_outputs(spec.dims)]
-        self._dec_out = [t.name for t in graphs.decoder_outputs(spec.dims)]
 
     def _call(self, model: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> list[np.ndarray]:
         request = pb_utils.InferenceRequest(
@@ -317,7 +315,8 @@ class BlsRuntime:
 
     def encode(self, src_ids: np.ndarray):
         out = self._call("encoder", {"src_ids": src_ids.astype(np.int32)}, self._enc_out)
-        return out[0::2], out[1::2]
+        return graphs.split_memory(dict(zip(self._enc_out, out, strict=True)), self.spec.layers)
 
-    def run_step(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return self._call("decoder", feeds, self._dec_out)
+    def run_step(self, feeds: dict[str, np.ndarray], outputs=graphs.STEP_OUTPUTS) -> dict[str, np.ndarray]:
+        names = list(outputs)
+        return dict(zip(names, self._call("decoder", feeds, names), strict=True))
