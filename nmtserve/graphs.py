@@ -62,10 +62,11 @@ def encoder_outputs(d: Dims) -> list[Tensor]:
 
 
 def decoder_inputs(d: Dims) -> list[Tensor]:
-    """The self-attention cache of every layer is one time-major tensor per K and V, so a
-    preallocated pool's window ``[t0, t0 + T)`` is one contiguous slice and a step binds two
-    cache inputs whatever the depth."""
-    cache_axes = ("past_len", d.layers, "rows", d.heads, d.d_k)
+    """The self-attention cache of every layer is one time-major tensor per K and V,
+    ``(T, R, L, h, d_k)``: a preallocated pool's window ``[t0, t0 + T)`` is one contiguous slice,
+    a step binds two cache inputs whatever the depth, and the new entries of a step's ``B * K``
+    hypotheses, written to rows ``[0, B * K)`` at one time, are one contiguous block."""
+    cache_axes = ("past_len", "rows", d.layers, d.heads, d.d_k)
     return [
         Tensor("input_ids", "int32", ("batch", "beam")),
         Tensor("position", "int32", ("batch",)),
@@ -82,8 +83,8 @@ def decoder_inputs(d: Dims) -> list[Tensor]:
 def decoder_outputs(d: Dims) -> list[Tensor]:
     """``log_probs`` in full (parity checks, custom loops), each hypothesis' best ``candidates``
     tokens (best first; equal log-probs: lower token id first, ONNX TopK's rule), which is all
-    the served search reads, and the new step's K/V of every layer."""
-    new_axes = (d.layers, "batch", "beam", d.heads, d.d_k)
+    the served search reads, and the new step's K/V of every layer, laid out as the cache's rows."""
+    new_axes = ("batch", "beam", d.layers, d.heads, d.d_k)
     return [
         Tensor("log_probs", "float", ("batch", "beam", d.vocab)),
         Tensor("top_log_probs", "float", ("batch", "beam", d.candidates)),

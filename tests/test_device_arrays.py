@@ -115,13 +115,21 @@ def test_cache_and_memory_never_cross_between_host_and_device(tiny):
     vocab = runtime.spec.vocab
     # A small pool with little slack, so compaction (a device-side copy) runs too.
     engine = InflightBatcher(runtime, max_sentences=3, max_beam=3, pool_slack=4)
+    cache_feeds = []
+    real_step = runtime.run_step
+
+    def run_step(feeds):
+        cache_feeds.extend(type(feeds[name]) for name in ("past_key", "past_value"))
+        return real_step(feeds)
+
+    runtime.run_step = run_step
     engine.start()
     srcs = sources(12, model.config.src_vocab_size, seed=17)
     opts = SearchOptions(beam_size=3, max_length=20)
     got = engine.translate(srcs, opts, timeout=60)
     engine.stop()
     assert tokens(got) == tokens(reference_decode(model, srcs, opts))
-    assert isinstance(engine.past_key, Device) and isinstance(engine.past_value, Device)
+    assert set(cache_feeds) == {Device}  # the pool's windows, read where they live
     assert engine.stats["steps"] > engine.pool_time  # compaction ran
     assert_only_candidates_came_down(device, engine, opts.beam_size, vocab)
     # Up: ids, positions, tables and masks only; never a float array (cache or memory).

@@ -147,7 +147,7 @@ def test_cancelled_request_leaves_the_batch_and_frees_its_rows(tiny):
     engine.stop()
     assert "cancelled" in str(outcome["error"])
     assert engine.rows_in_use == 0
-    assert engine._groups == {}
+    assert engine.running == 0
 
 
 def test_sequential_single_sentence_requests_never_see_a_previous_sentence(tiny):
@@ -205,7 +205,7 @@ def test_a_failing_encode_fails_only_the_requests_it_was_admitting(tiny):
     results, error = outcome["running"]
     assert error is None and tokens(results) == tokens(reference_decode(model, running, opts))
     assert engine.rows_in_use == 0  # every row came back
-    assert engine._groups == {}  # and the memory groups emptied
+    assert engine.running == 0  # and the groups emptied
 
 
 def test_a_long_source_joining_short_ones_widens_then_narrows_the_memory(tiny):
@@ -256,15 +256,14 @@ def test_group_rows_follow_their_sentences_through_removal_growth_and_shrinking(
         memory[id(request)] = ([rng.standard_normal((2, 3, n)).astype(np.float32) for _ in range(2)],
                                [rng.standard_normal((2, n, 3)).astype(np.float32) for _ in range(2)])
         group.fit_width(n)
-        group.add(request, 0, np.array([len(memory)]), start=len(memory), src_len=n, keys=memory[id(request)][0],
-                  values=memory[id(request)][1])
+        group.add(request, 0, start=len(memory), src_len=n, keys=memory[id(request)][0], values=memory[id(request)][1])
         group.table[group.size - 1] = len(memory)  # a table row that must travel with its sentence
 
     def check(group):
         for row, (request, _) in enumerate(group.members):
             keys, values = memory[id(request)]
             n = len(request.sources[0])
-            assert group.src_len[row] == n and group.table[row, 0, 0] == group.rows[row, 0] == group.start[row]
+            assert group.src_len[row] == n and group.table[row, 0, 0] == group.start[row]
             for layer in range(2):
                 np.testing.assert_array_equal(group.keys[layer][row, :, :, :n], keys[layer])
                 np.testing.assert_array_equal(group.values[layer][row, :, :n], values[layer])

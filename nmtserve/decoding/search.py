@@ -181,7 +181,7 @@ def _topk_desc(scores: np.ndarray, k: int) -> np.ndarray:
 
 _EARLY_STOPPING = {False: 0, True: 1, "never": 2}
 _ROW_ARRAYS = ("scores", "tokens", "parents", "t", "max_len", "min_len", "penalty", "stopping",
-               "pool_size", "pool_capacity", "pool_worst", "done", "history_tokens", "history_parents")
+               "pool_size", "pool_capacity", "pool_worst", "done", "sequences")
 
 
 class BeamBatch:
@@ -193,9 +193,10 @@ class BeamBatch:
     any step (``add``) and drops those that are done (``reorder``). Both run exactly this code.
 
     Per row: running ``scores`` (K,), the next input ``tokens`` (K,), each beam's ``parents``
-    among the previous step's, ``t`` tokens generated so far, and back-pointers
-    ``history_tokens`` / ``history_parents`` (K, T) so that a hypothesis' tokens are rebuilt only
-    when it finishes (``prefix``). Each row keeps its own options (length penalty, maximum
+    among the previous step's, ``t`` tokens generated so far, and each beam's tokens
+    ``sequences`` (K, T), reordered with the beams by one gather per step over all rows (cheaper
+    than walking back-pointers in Python for every finished hypothesis). Each row keeps its own
+    options (length penalty, maximum
     length, ...) as arrays; its finished hypotheses live in a ``_Finished`` pool, touched only
     when one of its candidates finishes.
     """
@@ -213,8 +214,7 @@ class BeamBatch:
     pool_capacity: np.ndarray
     pool_worst: np.ndarray
     done: np.ndarray
-    history_tokens: np.ndarray
-    history_parents: np.ndarray
+    sequences: np.ndarray
 
     def __init__(self, beam: int, *, bos_id: int, eos_id: int, capacity: int = 8, max_steps: int = 256):
         self.k, self.bos_id, self.eos_id = beam, bos_id, eos_id
@@ -233,8 +233,7 @@ class BeamBatch:
             "penalty": np.zeros(capacity), "stopping": np.zeros(capacity, np.int8),
             "pool_size": np.zeros(capacity, np.int64), "pool_capacity": np.ones(capacity, np.int64),
             "pool_worst": np.full(capacity, -np.inf), "done": np.zeros(capacity, bool),
-            "history_tokens": np.zeros((capacity, k, t), np.int32),
-            "history_parents": np.zeros((capacity, k, t), np.int32),
+            "sequences": np.zeros((capacity, k, t), np.int32),
         }
         for name, array in fresh.items():
             if b:
@@ -281,11 +280,7 @@ class BeamBatch:
 
     def prefix(self, row: int, beam: int) -> list[int]:
         """Tokens generated so far by running beam ``beam`` of ``row``."""
-        out = []
-        for step in range(int(self.t[row]) - 1, -1, -1):
-            out.append(int(self.history_tokens[row, beam, step]))
-            beam = int(self.history_parents[row, beam, step])
-        return out[::-1]
+        return self.sequences[row, beam, : int(self.t[row])].tolist()
 
     def results(self, row: int) -> list[Hypothesis]:
         return sorted(self.pools[row].hyps, key=lambda h: -h.score)[: self.options[row].num_hypotheses]
@@ -344,8 +339,9 @@ class BeamBatch:
         parents = np.where(valid, np.take_along_axis(top_beam, order, axis=1), 0)
         scores = np.where(valid, np.take_along_axis(top_scores, order, axis=1), -np.inf)  # dead beams
         rows = np.arange(b)
-        self.history_tokens[rows, :, t] = tokens
-        self.history_parents[rows, :, t] = parents
+        width = int(t.max()) if b else 0  # reorder only the steps some row has taken
+        self.sequences[:b, :, :width] = np.take_along_axis(self.sequences[:b, :, :width], parents[:, :, None], axis=1)
+        self.sequences[rows, :, t] = tokens
         self.tokens[:b], self.parents[:b], self.scores[:b], self.t[:b] = tokens, parents, scores, gen_len
         self.done[:b] = at_max | self._cannot_improve(scores[:, 0], gen_len)
 

@@ -64,7 +64,7 @@ def example_decoder_inputs(model: Transformer, batch: int = 2, beam: int = 3, pa
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(4, c.tgt_vocab_size, (batch, beam), generator=g, dtype=torch.int32)
     position = torch.full((batch,), past, dtype=torch.int32)
-    past_kv = [torch.randn(past, d.layers, rows, d.heads, d.d_k, generator=g) for _ in range(2)]
+    past_kv = [torch.randn(past, rows, d.layers, d.heads, d.d_k, generator=g) for _ in range(2)]
     cache_rows = torch.randint(0, rows, (batch, beam, past), generator=g, dtype=torch.int32)
     past_mask = torch.ones(batch, past, dtype=torch.bool)
     mem_k = [torch.randn(batch, d.heads, d.d_k, src, generator=g) for _ in range(d.layers)]

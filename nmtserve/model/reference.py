@@ -32,7 +32,7 @@ class TorchStepModel:
         self.memory_values = [v for _, v in kv]
         self.src_mask = src != cfg.pad_id
         self.index = CacheIndex(src.shape[0], beam, max_steps)
-        shape = (max_steps, cfg.decoder_layers, self.index.rows, cfg.h, cfg.d_k)
+        shape = (max_steps, self.index.rows, cfg.decoder_layers, cfg.h, cfg.d_k)
         self.past_key, self.past_value = torch.zeros(shape), torch.zeros(shape)
 
     def step(self, tokens: np.ndarray, parents: np.ndarray | None, batch_index: np.ndarray | None) -> np.ndarray:
@@ -58,8 +58,8 @@ class TorchStepModel:
             )
         t, write_rows = self.index.advance()
         w = torch.from_numpy(write_rows)
-        for buf, new in ((self.past_key, new_k), (self.past_value, new_v)):  # new: (L, B, K, h, d_k)
-            buf[t][:, w] = new.reshape(new.shape[0], -1, *new.shape[3:])
+        for buf, new in ((self.past_key, new_k), (self.past_value, new_v)):  # new: (B, K, L, h, d_k)
+            buf[t, w] = new.reshape(-1, *new.shape[2:])
         return log_probs.numpy()
 
 

@@ -7,15 +7,16 @@
 The incremental decoder's cache contract (owned by the caller, see ``nmtserve.decoding.cache``):
 
 * self-attention cache, one buffer for all layers per K/V: ``past_key`` of shape
-  ``(T, L, R, h, d_k)`` — time-major so that a window of a preallocated
-  ``(T_max, L, R, h, d_k)`` buffer is a contiguous slice, ``R`` cache rows;
+  ``(T, R, L, h, d_k)`` — time-major so that a window of a preallocated
+  ``(T_max, R, L, h, d_k)`` buffer is a contiguous slice, ``R`` cache rows;
 * ``cache_rows (B, K, T)``: for hypothesis ``k`` of sentence ``b``, the cache row that holds its
   ancestor's entry at time ``t``. Beams are reordered by rewriting this small table, never by
   moving the cache (cache indirection);
 * ``past_mask (B, T)``: which times are real for sentence ``b``. Time 0 of the first step is a
   masked dummy, so the first step runs the same graph with ``T = 1`` (TensorRT profiles need not
   accept zero-length dimensions);
-* the step returns only the new step's K/V ``(L, B, K, h, d_k)``; the caller writes it at time ``T``.
+* the step returns only the new step's K/V ``(B, K, L, h, d_k)``; the caller writes it at time
+  ``T`` (into rows ``[0, B * K)`` it is one contiguous block).
 
 Cross-attention K/V are computed once per sentence by the encoder graph, keys pre-transposed
 ``(B, h, d_k, S)`` and values ``(B, h, S, d_k)``, and shared by the sentence's ``K`` beams.
@@ -123,8 +124,8 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Self-attention of one new token per hypothesis over its cached past.
 
-        x (B, K, d); past_k/past_v (T, L, R, h, d_k), every layer's cache; gather_index
-        (B, K, h, T) flat rows of this layer's entries in the cache viewed as (T * L * R * h, d_k);
+        x (B, K, d); past_k/past_v (T, R, L, h, d_k), every layer's cache; gather_index
+        (B, K, h, T) flat rows of this layer's entries in the cache viewed as (T * R * L * h, d_k);
         past_mask (B, T) bool.
         Returns the output (B, K, d) and the new step's k, v (B, K, h, d_k).
         """
@@ -272,27 +273,27 @@ class Transformer(nn.Module):
         self,
         tokens: Tensor,  # (B, K) last token of each hypothesis
         position: Tensor,  # (B,) position of that token (all beams of a sentence share it)
-        past_key: Tensor,  # (T, L, R, h, d_k) every layer's self-attention keys
-        past_value: Tensor,  # (T, L, R, h, d_k)
+        past_key: Tensor,  # (T, R, L, h, d_k) every layer's self-attention keys
+        past_value: Tensor,  # (T, R, L, h, d_k)
         cache_rows: Tensor,  # (B, K, T) cache row of each hypothesis' ancestor at each time
         past_mask: Tensor,  # (B, T) bool, real past times of each sentence
         memory_keys: list[Tensor],  # per layer (B, h, d_k, S)
         memory_values: list[Tensor],  # per layer (B, h, S, d_k)
         src_mask: Tensor,  # (B, S) bool
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """One decoding step -> log-probs (B, K, V) and the new step's K/V of every layer (L, B, K, h, d_k)."""
-        t_len, n_layers, rows = past_key.shape[0], past_key.shape[1], past_key.shape[2]
+        """One decoding step -> log-probs (B, K, V) and the new step's K/V of every layer (B, K, L, h, d_k)."""
+        t_len, rows, n_layers = past_key.shape[0], past_key.shape[1], past_key.shape[2]
         h = self.config.h
-        # Flat row in (T * L * R * h, d_k) of (time t, layer i, cache row r, head j):
-        # ((t * L + i) * R + r) * h + j; layer 0's index here, layer i's is i * R * h further.
-        time_offset = torch.arange(t_len, device=tokens.device, dtype=cache_rows.dtype) * (n_layers * rows)
-        flat = (cache_rows + time_offset) * h  # (B, K, T)
+        # Flat row in (T * R * L * h, d_k) of (time t, cache row r, layer i, head j):
+        # ((t * R + r) * L + i) * h + j; layer 0's index here, layer i's is i * h further.
+        time_offset = torch.arange(t_len, device=tokens.device, dtype=cache_rows.dtype) * rows
+        flat = (cache_rows + time_offset) * (n_layers * h)  # (B, K, T)
         gather_index = flat.unsqueeze(2) + torch.arange(h, device=tokens.device, dtype=flat.dtype)[:, None]  # (B, K, h, T)
         x = self.tgt_embed(tokens, position.unsqueeze(1))  # (B, K, d)
         new_keys, new_values = [], []
         for i, layer in enumerate(self.decoder_layers):
             x, k_new, v_new = layer.step(
-                x, past_key, past_value, gather_index + i * rows * h, past_mask,
+                x, past_key, past_value, gather_index + i * h, past_mask,
                 memory_keys[i], memory_values[i], src_mask,
             )
             new_keys.append(k_new)
@@ -300,7 +301,7 @@ class Transformer(nn.Module):
         x = self.decoder_norm(x)
         logits = self.generator(x) + self.final_logits_bias
         log_probs = torch.log_softmax(logits, dim=-1) + self.logits_mask
-        return log_probs, torch.stack(new_keys), torch.stack(new_values)
+        return log_probs, torch.stack(new_keys, dim=2), torch.stack(new_values, dim=2)
 
     # ---- teacher-forced training pass --------------------------------------------------
     def forward(self, src_ids: Tensor, tgt_in: Tensor) -> Tensor:

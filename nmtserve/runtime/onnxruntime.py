@@ -1,7 +1,7 @@
 """The exported graphs under ONNX Runtime: an encoder call and a ``StepModel`` for the search.
 
 Per step, the self-attention cache is never copied: the buffers are time-major
-``(T_max, L, R, h, d_k)`` so ``buf[:T]`` is a contiguous view ORT reads in place, beams are
+``(T_max, R, L, h, d_k)`` so ``buf[:T]`` is a contiguous view ORT reads in place, beams are
 reordered through the ``cache_rows`` table, and only the new step's K/V come back.
 
 Every runtime (this one, ``TensorRTModel``, the BLS runtime) has the same shape: ``encode(src_ids)``
@@ -80,7 +80,7 @@ class OnnxStepModel:
         self.memory_keys, self.memory_values = memory_keys, memory_values
         self.src_mask = np.ascontiguousarray(src_mask, dtype=bool)
         self.index = CacheIndex(src_mask.shape[0], beam, max_steps)
-        shape = (max_steps, spec.layers, self.index.rows, spec.heads, spec.d_k)
+        shape = (max_steps, self.index.rows, spec.layers, spec.heads, spec.d_k)
         self.past_key = np.zeros(shape, model._float)
         self.past_value = np.zeros(shape, model._float)
 
@@ -110,10 +110,10 @@ class OnnxStepModel:
 
 
 def write_cache(past_key, past_value, t: int, rows, out: dict) -> None:
-    """Scatter a step's ``new_key`` / ``new_value`` (L, B, K, h, d_k) into the cache buffers
-    (T, L, R, h, d_k) at time ``t``, hypothesis ``n`` of the flattened (B * K) into row ``rows[n]``."""
+    """Scatter a step's ``new_key`` / ``new_value`` (B, K, L, h, d_k) into the cache buffers
+    (T, R, L, h, d_k) at time ``t``, hypothesis ``n`` of the flattened (B * K) into row ``rows[n]``."""
     for buf, new in ((past_key, out["new_key"]), (past_value, out["new_value"])):
-        buf[t][:, rows] = new.reshape(new.shape[0], -1, *new.shape[3:])
+        buf[t, rows] = new.reshape(-1, *new.shape[2:])
 
 
 class OnnxBoundModel(OnnxModel):

@@ -10,18 +10,21 @@ feeds them; every per-sentence input of a step is a slice of the group's arrays,
 a fixed number of array operations however many sentences run (no Python per sentence):
 
 * the search state is a ``BeamBatch`` (``nmtserve.decoding.search``);
-* the self-attention cache is one preallocated time-major pool per K and V for all layers,
-  ``(T_pool, L, R_pool, h, d_k)``. Each step of the running batch writes at one global time
-  ``g``; a sentence that joined at global time ``start`` owns ``K`` cache rows, and its group's
-  ``table`` says which row holds each hypothesis' ancestor at each global time (cache
-  indirection, see ``nmtserve.model.transformer``). The graph sees the window ``[t_lo, g)`` of
-  the pool (one contiguous slice) and a mask of each sentence's own times in it. When ``g``
-  reaches the end of the pool, the live window is copied to the front;
+* the self-attention cache is a preallocated time-major pool per K and V for all layers,
+  ``(T_pool, R, L, h, d_k)`` with ``R = capacity * K`` rows. Each step writes at one global
+  time ``g``, hypothesis ``k`` of row ``r`` into cache row ``r * K + k``: the step's new
+  entries are one contiguous block ``[0, b * K)`` (a copy, no scatter). A row's ``table`` says
+  which cache row held each hypothesis' ancestor at each global time (cache indirection, see
+  ``nmtserve.model.transformer``); when a sentence moves to another row its history stays where
+  it was written and the table keeps pointing there (a cache row is written by one hypothesis
+  per time, so rows never collide). The graph sees the window ``[t_lo, g)`` of the pool (one
+  contiguous slice) and a mask of each sentence's own times in it. When ``g`` reaches the end
+  of the pool, the live window is copied to the front;
 * the cross-attention memory of the group's sentences, a row per sentence, fed in place.
 
-A sentence that leaves is replaced by the group's last row (one row copy per array). The pool
-grows with the sentences in flight (rows double, up to ``max_sentences`` at the served beam)
-and with the longest target they may reach, instead of being sized for the worst case up front.
+A sentence that leaves is replaced by the group's last row (one row copy per array). Groups
+grow with the sentences in flight (rows double up to ``max_sentences``) and the pool's length
+with the longest target they may reach, instead of being sized for the worst case up front.
 
 The pool and the memory live in the runtime's ``arrays`` backend (``nmtserve.runtime.arrays``):
 NumPy for the CPU runtimes, CuPy on a GPU, where they never leave the device. A step hands the
@@ -103,15 +106,12 @@ class InflightBatcher:
         self.max_sentences = max_sentences or spec.max_batch
         self.max_beam = max_beam
         self.slack = pool_slack
-        # Cache rows for max_sentences at the served default beam; wider beams admit fewer at once.
+        # Hypotheses for max_sentences at the served default beam; wider beams admit fewer at once.
         self.max_rows = self.max_sentences * max(1, min(max_beam, spec.beam_size))
         self._float = getattr(runtime, "_float", np.float32)
         self.arrays: ArrayBackend = getattr(runtime, "arrays", HOST)
         self.arrays.activate()
-        self.past_key: Any = None  # the cache pool, allocated for the first sentences (_reserve)
-        self.past_value: Any = None
-        self.pool_time = self.pool_rows = 0
-        self.free_rows: deque[int] = deque()
+        self.pool_time = 0  # steps the groups' cache pools hold (_reserve)
         self.g = 0  # global time of the next step
         self.pending: deque[_Request] = deque()
         self._cond = threading.Condition()
@@ -140,7 +140,8 @@ class InflightBatcher:
 
     @property
     def rows_in_use(self) -> int:
-        return self.pool_rows - len(self.free_rows)
+        """Hypotheses decoding now (cache rows written per step)."""
+        return sum(g.size * g.k for g in self._groups.values())
 
     def submit(self, sources: Sequence[Sequence[int]], options: SearchOptions, callback: Callback,
                cancelled: Callable[[], bool] | None = None) -> None:
@@ -181,14 +182,14 @@ class InflightBatcher:
         self.arrays.activate()  # CUDA device and stream are per thread
         while True:
             with self._cond:
-                while not self._stopping and not self.pending and not self._groups:
+                while not self._stopping and not self.pending and not self.running:
                     self._cond.wait()
                 if self._stopping:
                     self._fail_all(EngineStopped("the decoding engine is shutting down"))
                     return
             try:
                 self._admit()
-                if self._groups:
+                if self.running:
                     self._step()
             except Exception as exc:  # a runtime failure fails the running requests, not the server
                 log.exception("decoding step failed")
@@ -199,8 +200,6 @@ class InflightBatcher:
         with self._cond:
             requests |= set(self.pending)
             self.pending.clear()
-        for group in self._groups.values():
-            self.free_rows.extend(group.rows[: group.size].reshape(-1).tolist())
         self._groups.clear()
         for r in requests:
             if not r.failed:
@@ -232,7 +231,7 @@ class InflightBatcher:
             return
         sources = [r.sources[i] for r, i in admitted]
         longest = max(r.options.max_length_for(len(s)) for (r, _), s in zip(admitted, sources, strict=True))
-        self._reserve(rows_needed, longest)
+        self._reserve(longest)
         src = pad_batch(sources, self.spec.pad_id, np.int32)
         try:
             keys, values = self.runtime.encode(src)
@@ -241,55 +240,34 @@ class InflightBatcher:
             self._drop({r for r, _ in admitted}, exc)
             return
         for row, (request, i) in enumerate(admitted):
-            k = request.options.beam_size
-            rows = np.array([self.free_rows.popleft() for _ in range(k)], dtype=np.int64)
-            group = self._group(k, len(sources[row]))
-            group.add(request, i, rows, self.g, len(sources[row]),
-                      [k_[row] for k_ in keys], [v_[row] for v_ in values])
+            group = self._group(request.options.beam_size, len(sources[row]))
+            group.add(request, i, self.g, len(sources[row]), [k_[row] for k_ in keys], [v_[row] for v_ in values])
         self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], self.running)
 
-    def _reserve(self, rows: int, longest: int) -> None:
-        """Grow the cache pool, if needed, for ``rows`` more rows and sentences of up to ``longest``
-        steps: rows double (up to ``max_rows``), time covers the longest live sentence plus slack."""
-        need_rows = self.rows_in_use + rows
-        need_time = max(longest, max((g.longest() for g in self._groups.values()), default=0)) + self.slack + 2
-        if not self._groups:
-            self.g = 0  # nothing live: the pool's window starts over, no copy needed
+    def _reserve(self, longest: int) -> None:
+        """Make the pools long enough for sentences of up to ``longest`` steps: the longest live
+        sentence plus slack, so that compaction runs at most every ~slack steps."""
+        if not self.running:
+            self.g = 0  # nothing live: the pools' window starts over, no copy needed
         elif self.g + 1 >= self.pool_time:
             self._compact()
-        new_rows = self.pool_rows
-        while new_rows < need_rows:
-            new_rows = min(self.max_rows, max(2 * new_rows, 8 * max(1, min(self.max_beam, self.spec.beam_size))))
-        new_time = max(self.pool_time, need_time)
-        if (new_rows, new_time) == (self.pool_rows, self.pool_time):
-            return
-        spec = self.spec
-        shape = (new_time, spec.layers, new_rows, spec.heads, spec.d_k)
-        key, value = self.arrays.zeros(shape, self._float), self.arrays.zeros(shape, self._float)
-        if self.past_key is not None:
-            t, r = self.pool_time, self.pool_rows
-            key[:t, :, :r] = self.past_key
-            value[:t, :, :r] = self.past_value
-        for group in self._groups.values():
-            group.widen_table(new_time)
-        self.free_rows.extend(range(self.pool_rows, new_rows))
-        self.past_key, self.past_value = key, value
-        self.pool_rows, self.pool_time = new_rows, new_time
-        log.info("cache pool: %d rows x %d steps (%.1f MB)", new_rows, new_time,
-                 2 * int(np.prod(shape)) * np.dtype(self._float).itemsize / 2**20)
+        need = max(longest, max((g.longest() for g in self._groups.values()), default=0)) + self.slack + 2
+        if need > self.pool_time:
+            self.pool_time = need
+            for group in self._groups.values():
+                group.resize_pool()
 
     def _compact(self) -> None:
-        lo = min((int(g.start[: g.size].min()) for g in self._groups.values()), default=self.g)
+        lo = min((int(g.start[: g.size].min()) for g in self._groups.values() if g.size), default=self.g)
         if lo == 0:  # a sentence has been running since the window began: make room instead
-            self._reserve(0, self.pool_time)
+            self.pool_time *= 2
+            for group in self._groups.values():
+                group.resize_pool()
             return
-        span = self.g - lo
-        if self.past_key is not None:
-            for buf in (self.past_key, self.past_value):
-                buf[:span] = buf[lo : self.g].copy()  # on the backend's device
         for group in self._groups.values():
-            group.shift(lo, self.g)
-        self.g = span
+            if group.size:  # an idle group's pool holds nothing live
+                group.shift(lo, self.g)
+        self.g -= lo
 
     def _group(self, beam: int, src_len: int) -> _Group:
         """The group of a beam width, with memory wide enough for ``src_len`` source tokens."""
@@ -319,17 +297,16 @@ class InflightBatcher:
                 r.callback(None, error)
 
     def _remove(self, beam: int, rows: np.ndarray) -> None:
-        group = self._groups[beam]
-        self.free_rows.extend(group.rows[rows].reshape(-1).tolist())
-        group.remove(rows)
-        if not group.size:
-            del self._groups[beam]  # a later sentence starts a fresh group, as wide as it needs
+        # An emptied group stays, with its pool: the next burst of this beam width reuses it.
+        self._groups[beam].remove(rows)
 
     def _step(self) -> None:
         self._drop_cancelled()
         g = self.g
         for beam in list(self._groups):
             group = self._groups[beam]
+            if not group.size:
+                continue
             group.fit_width(0)
             b, k = group.size, beam
             t_lo = int(group.start[:b].min())
@@ -338,8 +315,8 @@ class InflightBatcher:
             feeds = {
                 "input_ids": group.search.tokens[:b].astype(np.int32),
                 "position": group.search.t[:b].astype(np.int32),
-                "past_key": self.past_key[t_lo : t_lo + t_len],
-                "past_value": self.past_value[t_lo : t_lo + t_len],
+                "past_key": group.past_key[t_lo : t_lo + t_len],
+                "past_value": group.past_value[t_lo : t_lo + t_len],
                 "cache_rows": np.ascontiguousarray(group.table[:b, :, t_lo : t_lo + t_len]),
                 "past_mask": (times >= group.start[:b, None]) & (times < g),
                 "src_mask": np.arange(group.width)[None, :] < group.src_len[:b, None],
@@ -348,11 +325,9 @@ class InflightBatcher:
                 feeds[graphs.memory_key(i)] = group.keys[i][:b]
                 feeds[graphs.memory_value(i)] = group.values[i][:b]
             out = self.runtime.run_step(feeds)
-            rows = group.rows[:b]
-            write_rows = self.arrays.asarray(rows.reshape(-1))
-            for buf, new in ((self.past_key, out["new_key"]), (self.past_value, out["new_value"])):
-                buf[g][:, write_rows] = new.reshape(new.shape[0], -1, *new.shape[3:])  # where the pool lives
-            group.table[:b, :, g] = rows
+            for buf, new in ((group.past_key, out["new_key"]), (group.past_value, out["new_value"])):
+                buf[g, : b * k] = new.reshape(b * k, *new.shape[2:])  # one contiguous block
+            group.table[:b, :, g] = np.arange(b * k).reshape(b, k)
             m = min(2 * k + 1, out["top_ids"].shape[-1])
             group.search.advance(Candidates(self.arrays.asnumpy(out["top_log_probs"][..., :m]),
                                             self.arrays.asnumpy(out["top_ids"][..., :m]), self.spec.vocab))
@@ -365,7 +340,7 @@ class InflightBatcher:
                 self._remove(beam, done)
         self.g += 1
         self.stats["steps"] += 1
-        if self._groups and self.g + 1 >= self.pool_time:
+        if self.running and self.g + 1 >= self.pool_time:
             self._compact()
 
     def _finish(self, group: _Group, row: int) -> None:
@@ -383,12 +358,13 @@ class InflightBatcher:
 class _Group:
     """The running sentences of one beam width ``K``, one row each, in the order a step feeds them.
 
-    Per row: the search state (``search``, a ``BeamBatch``), the ``K`` cache rows it writes
-    (``rows``), its global start time, its source length, its ancestor ``table``
-    ``(K, T_pool)`` (indexed by global time) and its cross-attention memory (per layer
-    ``(h, d_k, width)`` / ``(h, width, d_k)``; positions past the source are masked: their
-    contents are stale but finite). Rows ``[0, size)`` are live; ``remove`` moves the last rows
-    into the holes, so every array stays a dense prefix that a step slices without copying.
+    Per row: the search state (``search``, a ``BeamBatch``), its global start time, its source
+    length, its ancestor ``table`` ``(K, T_pool)`` (indexed by global time), its cache rows
+    ``[r * K, r * K + K)`` of the pool ``past_key`` / ``past_value`` ``(T_pool, capacity * K, L,
+    h, d_k)``, and its cross-attention memory (per layer ``(h, d_k, width)`` / ``(h, width,
+    d_k)``; positions past the source are masked: their contents are stale but finite). Rows
+    ``[0, size)`` are live; ``remove`` moves the last rows into the holes, so every array stays a
+    dense prefix that a step slices without copying.
     """
 
     def __init__(self, engine: InflightBatcher, beam: int, src_len: int):
@@ -399,12 +375,13 @@ class _Group:
         self.width = self.round_width(src_len)
         self.search = BeamBatch(beam, bos_id=self.spec.bos_id, eos_id=self.spec.eos_id, capacity=8,
                                 max_steps=engine.spec.max_target_len)
-        self.rows = np.zeros((0, beam), np.int64)
         self.start = np.zeros(0, np.int64)
         self.src_len = np.zeros(0, np.int64)
         self.table = np.zeros((0, beam, engine.pool_time), np.int32)
         self.keys: list = []
         self.values: list = []
+        self.past_key: Any = None
+        self.past_value: Any = None
         self._resize(min(8, engine.max_sentences), self.width)
 
     @property
@@ -415,7 +392,7 @@ class _Group:
         return {r for r, _ in self.members}
 
     def longest(self) -> int:
-        """The most steps any live row may still need, counted from its start."""
+        """The most steps any live row may take, counted from its start."""
         return int(self.search.max_len[: self.size].max()) if self.size else 0
 
     def round_width(self, need: int) -> int:
@@ -434,17 +411,30 @@ class _Group:
             values[layer][:b, :, :w] = self.values[layer][:b, :, :w]
         self.keys, self.values, self.width = keys, values, width
         if capacity != self.capacity:
-            for name in ("rows", "start", "src_len", "table"):
+            for name in ("start", "src_len", "table"):
                 old = getattr(self, name)
                 new = np.zeros((capacity, *old.shape[1:]), old.dtype)
                 new[:b] = old[:b]
                 setattr(self, name, new)
             self.capacity = capacity
+            self.resize_pool()
 
-    def widen_table(self, pool_time: int) -> None:
-        table = np.zeros((self.capacity, self.k, pool_time), np.int32)
-        table[:, :, : self.table.shape[2]] = self.table
-        self.table = table
+    def resize_pool(self) -> None:
+        """(Re)allocate the cache pool for the group's capacity and the engine's pool length,
+        keeping what is there (a history row may be anywhere below the old row count)."""
+        spec, time = self.spec, self.engine.pool_time
+        shape = (time, self.capacity * self.k, spec.layers, spec.heads, spec.d_k)
+        if self.past_key is not None and self.past_key.shape == shape:
+            return
+        key, value = self.arrays.zeros(shape, self.engine._float), self.arrays.zeros(shape, self.engine._float)
+        if self.past_key is not None:
+            t, r = self.past_key.shape[:2]
+            key[:t, :r], value[:t, :r] = self.past_key, self.past_value
+        self.past_key, self.past_value = key, value
+        if self.table.shape[2] < time:
+            table = np.zeros((self.capacity, self.k, time), np.int32)
+            table[:, :, : self.table.shape[2]] = self.table
+            self.table = table
 
     def fit_width(self, src_len: int) -> None:
         """Widen the memory for a source of ``src_len`` tokens, or narrow it once it is more than
@@ -454,14 +444,13 @@ class _Group:
         if need > self.width or self.width > 2 * need:
             self._resize(self.capacity, need)
 
-    def add(self, request: _Request, index: int, rows: np.ndarray, start: int, src_len: int,
-            keys: list, values: list) -> None:
+    def add(self, request: _Request, index: int, start: int, src_len: int, keys: list, values: list) -> None:
         """Append a sentence with its encoder outputs (per layer (h, d_k, S) / (h, S, d_k), S >= src_len)."""
         if self.size == self.capacity:
             self._resize(min(2 * self.capacity, self.engine.max_sentences), self.width)
         row = self.size
         self.search.add(request.options, src_len)
-        self.rows[row], self.start[row], self.src_len[row] = rows, start, src_len
+        self.start[row], self.src_len[row] = start, src_len
         for layer in range(self.spec.layers):
             self.keys[layer][row, :, :, :src_len] = keys[layer][:, :, :src_len]
             self.values[layer][row, :, :src_len] = values[layer][:, :src_len]
@@ -478,7 +467,7 @@ class _Group:
         moved = np.flatnonzero(order != np.arange(len(order)))
         if len(moved):
             src = order[moved]
-            for array in (self.rows, self.start, self.src_len, self.table):
+            for array in (self.start, self.src_len, self.table):
                 array[moved] = array[src]
             dev_moved, dev_src = self.arrays.asarray(moved), self.arrays.asarray(src)
             for buf in (*self.keys, *self.values):
@@ -486,6 +475,9 @@ class _Group:
         self.members = [self.members[r] for r in order.tolist()]
 
     def shift(self, lo: int, g: int) -> None:
-        """The pool's window ``[lo, g)`` moved to the front: move the tables with it."""
-        self.table[:, :, : g - lo] = self.table[:, :, lo:g].copy()
+        """Move the live window ``[lo, g)`` of the pool (and the tables) to the front."""
+        span = g - lo
+        for buf in (self.past_key, self.past_value):
+            buf[:span] = buf[lo:g].copy()  # on the backend's device
+        self.table[:, :, :span] = self.table[:, :, lo:g].copy()
         self.start[: self.size] -= lo
