@@ -178,7 +178,7 @@ def test_tensorrt_runtime_drives_the_inflight_batcher_to_the_reference(standin, 
 
 
 def test_tensorrt_runtime_moves_only_tables_up_and_candidates_down(standin, tiny_graphs, tmp_path):
-    from test_device_arrays import Device, RecordingDevice, assert_only_candidates_came_down
+    from test_device_arrays import RecordingDevice, assert_only_candidates_came_down
     from test_export_parity import sources
 
     from nmtserve.decoding.search import SearchOptions
