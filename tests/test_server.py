@@ -220,3 +220,43 @@ def test_generate_called_directly_with_bad_ids_is_refused_and_others_keep_decodi
                 grpc.infer("generate", _generate_inputs(src, lengths))
             assert "INVALID_ARG" in str(err.value.status()) and re.search(message, err.value.message())
         assert running.result(timeout=120)[0] == want[:6]
+
+
+def _metric(demo_server, name: str) -> float:
+    import urllib.request
+
+    with urllib.request.urlopen(demo_server.urls.metrics, timeout=10) as resp:
+        text = resp.read().decode()
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{")]
+    assert values, f"{name} is not on the metrics endpoint"
+    return sum(values)
+
+
+def test_concurrent_one_sentence_requests_decode_in_one_batch(demo_server, reference):
+    """32 clients (the export's --max-batch) send one sentence each at the same moment, over gRPC
+    and HTTP: each gets its own translation, and they decode together (the steps run are about one
+    sentence's length, not the sum of all: the engine metrics say so)."""
+    import threading
+    import time
+
+    texts, want, _ = reference
+    time.sleep(1.2)  # the engine reports its counters every 0.5 s
+    steps_before = _metric(demo_server, "nmtserve_decode_steps_total")
+    sentences_before = _metric(demo_server, "nmtserve_sentences_total")
+    barrier = threading.Barrier(32)
+
+    def run(i):
+        module = grpcclient if i % 2 else httpclient
+        url = demo_server.urls.grpc_address if i % 2 else demo_server.urls.http_address
+        client = module.InferenceServerClient(url)
+        barrier.wait()
+        return infer(client, module, [texts[i]])[0]
+
+    with ThreadPoolExecutor(32) as pool:
+        got = list(pool.map(run, range(32)))
+    assert got == [[want[i]] for i in range(32)]
+    time.sleep(1.2)
+    steps = _metric(demo_server, "nmtserve_decode_steps_total") - steps_before
+    assert _metric(demo_server, "nmtserve_sentences_total") - sentences_before == 32
+    one_by_one = sum(len(t.split()) + 2 for t in want[:32])  # at least a step per target token, each
+    assert steps < one_by_one / 4, f"{steps} steps for 32 concurrent sentences: they did not share steps"

@@ -120,29 +120,36 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(out.reshape(*out.shape[:2], -1))
 
     def self_step(
-        self, x: Tensor, past_k: Tensor, past_v: Tensor, gather_index: Tensor, past_mask: Tensor
+        self, x: Tensor, past_k: Tensor, past_v: Tensor, row_index: Tensor, past_mask: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Self-attention of one new token per hypothesis over its cached past.
 
-        x (B, K, d); past_k/past_v (T, R, L, h, d_k), every layer's cache; gather_index
-        (B, K, h, T) flat rows of this layer's entries in the cache viewed as (T * R * L * h, d_k);
-        past_mask (B, T) bool.
+        x (B, K, d); past_k/past_v (T, R, L, h, d_k), every layer's cache; row_index (B, K, T) the
+        flat row of this layer's entry for each hypothesis' ancestor at each time in the cache
+        viewed as (T * R * L, h * d_k); past_mask (B, T) bool.
         Returns the output (B, K, d) and the new step's k, v (B, K, h, d_k).
+
+        The past is gathered a whole row (all heads) at a time, h times fewer and larger copies
+        than one per head, and every head is scored in one matmul against a block-diagonal query
+        (row j holds head j's query in block j, zeros elsewhere): h times the (small) attention
+        FLOPs, no transposes of the gathered cache.
         """
-        q = self.split_heads(self.q_proj(x)) / math.sqrt(self.d_k)  # (B, K, h, d_k)
+        h, d_k = self.h, self.d_k
+        q = self.split_heads(self.q_proj(x)) / math.sqrt(d_k)  # (B, K, h, d_k)
         k_new = self.split_heads(self.k_proj(x))  # (B, K, h, d_k)
         v_new = self.split_heads(self.v_proj(x))  # (B, K, h, d_k)
-        k_past = past_k.reshape(-1, self.d_k)[gather_index]  # (B, K, h, T, d_k)
-        v_past = past_v.reshape(-1, self.d_k)[gather_index]  # (B, K, h, T, d_k)
-        q5 = q.unsqueeze(-2)  # (B, K, h, 1, d_k)
+        k_past = past_k.reshape(-1, h * d_k)[row_index]  # (B, K, T, h * d_k)
+        v_past = past_v.reshape(-1, h * d_k)[row_index]  # (B, K, T, h * d_k)
+        eye = torch.eye(h, dtype=q.dtype, device=q.device)[:, :, None]  # (h, h, 1)
+        q_blocks = (eye * q.unsqueeze(-3)).flatten(-2)  # (B, K, h, h * d_k)
+        s_past = torch.matmul(q_blocks, k_past.transpose(-1, -2))  # (B, K, h, T)
+        s_past = s_past.masked_fill(~past_mask[:, None, None, :], _neg_inf(s_past.dtype))
         # Past and new token are scored separately: no Concat of the cache with the new entry.
-        s_past = torch.matmul(q5, k_past.transpose(-1, -2))  # (B, K, h, 1, T)
-        s_past = s_past.masked_fill(~past_mask[:, None, None, None, :], _neg_inf(s_past.dtype))
-        s_new = (q * k_new).sum(-1, keepdim=True).unsqueeze(-1)  # (B, K, h, 1, 1)
-        p = torch.softmax(torch.cat([s_past, s_new], dim=-1), dim=-1)  # (B, K, h, 1, T + 1)
-        p_past, p_new = p[..., :-1], p[..., -1:]  # (B, K, h, 1, T), (B, K, h, 1, 1)
-        # Index instead of squeeze: squeeze of a traced dim exports as an If node (TensorRT-hostile).
-        out = torch.matmul(p_past, v_past)[..., 0, :] + p_new[..., 0, :] * v_new  # (B, K, h, d_k)
+        s_new = (q * k_new).sum(-1, keepdim=True)  # (B, K, h, 1)
+        p = torch.softmax(torch.cat([s_past, s_new], dim=-1), dim=-1)  # (B, K, h, T + 1)
+        p_past, p_new = p[..., :-1], p[..., -1:]  # (B, K, h, T), (B, K, h, 1)
+        mixed = torch.matmul(p_past, v_past)  # (B, K, h, h * d_k): block j of row j is head j's
+        out = (mixed.unflatten(-1, (h, d_k)) * eye).sum(-2) + p_new * v_new  # (B, K, h, d_k)
         return self.out_proj(out.flatten(-2)), k_new, v_new
 
 
@@ -208,10 +215,10 @@ class DecoderLayer(nn.Module):
         return self.sub_ffn.after(x, self.ffn(self.sub_ffn.before(x)))
 
     def step(
-        self, x: Tensor, past_k: Tensor, past_v: Tensor, gather_index: Tensor, past_mask: Tensor,
+        self, x: Tensor, past_k: Tensor, past_v: Tensor, row_index: Tensor, past_mask: Tensor,
         mem_k: Tensor, mem_v: Tensor, src_mask: Tensor,
     ) -> tuple[Tensor, Tensor, Tensor]:
-        y, k_new, v_new = self.self_attn.self_step(self.sub_self.before(x), past_k, past_v, gather_index, past_mask)
+        y, k_new, v_new = self.self_attn.self_step(self.sub_self.before(x), past_k, past_v, row_index, past_mask)
         x = self.sub_self.after(x, y)
         x = self.sub_cross.after(x, self.cross_attn.cross_step(self.sub_cross.before(x), mem_k, mem_v, src_mask))
         return self.sub_ffn.after(x, self.ffn(self.sub_ffn.before(x))), k_new, v_new
@@ -283,17 +290,14 @@ class Transformer(nn.Module):
     ) -> tuple[Tensor, Tensor, Tensor]:
         """One decoding step -> log-probs (B, K, V) and the new step's K/V of every layer (B, K, L, h, d_k)."""
         t_len, rows, n_layers = past_key.shape[0], past_key.shape[1], past_key.shape[2]
-        h = self.config.h
-        # Flat row in (T * R * L * h, d_k) of (time t, cache row r, layer i, head j):
-        # ((t * R + r) * L + i) * h + j; layer 0's index here, layer i's is i * h further.
+        # Flat row in (T * R * L, h * d_k) of (time t, cache row r, layer i): (t * R + r) * L + i.
         time_offset = torch.arange(t_len, device=tokens.device, dtype=cache_rows.dtype) * rows
-        flat = (cache_rows + time_offset) * (n_layers * h)  # (B, K, T)
-        gather_index = flat.unsqueeze(2) + torch.arange(h, device=tokens.device, dtype=flat.dtype)[:, None]  # (B, K, h, T)
+        row_index = (cache_rows + time_offset) * n_layers  # (B, K, T), layer 0's rows
         x = self.tgt_embed(tokens, position.unsqueeze(1))  # (B, K, d)
         new_keys, new_values = [], []
         for i, layer in enumerate(self.decoder_layers):
             x, k_new, v_new = layer.step(
-                x, past_key, past_value, gather_index + i * h, past_mask,
+                x, past_key, past_value, row_index + i, past_mask,
                 memory_keys[i], memory_values[i], src_mask,
             )
             new_keys.append(k_new)

@@ -118,7 +118,9 @@ class InflightBatcher:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._groups: dict[int, _Group] = {}  # beam width -> its running sentences
-        self.stats = {"steps": 0, "sentences": 0, "requests": 0, "max_batch_seen": 0}
+        # Counters since start; "peak_running" is the largest running batch since whoever reads
+        # it (the metrics reporter) last reset it.
+        self.stats = {"steps": 0, "sentences": 0, "requests": 0, "tokens": 0, "max_batch_seen": 0, "peak_running": 0}
 
     # ---- public API -----------------------------------------------------------------
     def start(self) -> InflightBatcher:
@@ -137,6 +139,12 @@ class InflightBatcher:
     def running(self) -> int:
         """Sentences decoding now."""
         return sum(g.size for g in self._groups.values())
+
+    @property
+    def queued(self) -> int:
+        """Sentences waiting to join the running batch."""
+        with self._cond:
+            return sum(len(r.sources) - r.next_sentence for r in self.pending)
 
     @property
     def rows_in_use(self) -> int:
@@ -242,7 +250,9 @@ class InflightBatcher:
         for row, (request, i) in enumerate(admitted):
             group = self._group(request.options.beam_size, len(sources[row]))
             group.add(request, i, self.g, len(sources[row]), [k_[row] for k_ in keys], [v_[row] for v_ in values])
-        self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], self.running)
+        running = self.running
+        self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], running)
+        self.stats["peak_running"] = max(self.stats["peak_running"], running)
 
     def _reserve(self, longest: int) -> None:
         """Make the pools long enough for sentences of up to ``longest`` steps: the longest live
@@ -347,9 +357,10 @@ class InflightBatcher:
         request, index = group.members[row]
         if request.failed:
             return
-        request.results[index] = group.search.results(row)
+        request.results[index] = results = group.search.results(row)
         request.remaining -= 1
         self.stats["sentences"] += 1
+        self.stats["tokens"] += len(results[0].tokens) if results else 0
         if request.remaining == 0:
             self.stats["requests"] += 1
             request.callback(request.results, None)  # type: ignore[arg-type]

@@ -167,8 +167,9 @@ class GenerateModel:
         self._waiting: dict[int, tuple] = {}  # id -> (response sender, cancel event)
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        # Cancellation is an IPC round trip per request: poll it twice a second, not per step.
-        self._poller = threading.Thread(target=self._poll_cancelled, name="nmtserve-cancel", daemon=True)
+        self._metrics = _EngineMetrics(args.get("model_name", "generate"))
+        # Cancellation and metrics are IPC round trips: twice a second, not per step.
+        self._poller = threading.Thread(target=self._poll, name="nmtserve-poll", daemon=True)
         self._poller.start()
         log.info("generate ready (%s): %s", params.get("step_backend", "inprocess"), self.spec)
 
@@ -210,10 +211,14 @@ class GenerateModel:
                 log.exception("could not send a response")
         return respond
 
-    def _poll_cancelled(self) -> None:
-        # Under the lock: a response is sent only after its entry left ``_waiting`` (also under the
-        # lock), and asking a completed sender whether it was cancelled crashes the server.
+    def _poll(self) -> None:
         while not self._stop.wait(0.5):
+            try:
+                self._metrics.report(self.engine)
+            except Exception:  # metrics must never take the model down
+                log.exception("could not report metrics")
+            # Under the lock: a response is sent only after its entry left ``_waiting`` (also under
+            # the lock), and asking a completed sender whether it was cancelled crashes the server.
             with self._lock:
                 for sender, cancel in self._waiting.values():
                     if not cancel.is_set() and sender.is_cancelled():
@@ -222,6 +227,44 @@ class GenerateModel:
     def finalize(self) -> None:
         self._stop.set()
         self.engine.stop()
+
+
+class _EngineMetrics:
+    """The batcher's figures on Triton's metrics endpoint (``/metrics``, custom metrics API)."""
+
+    GAUGES = {
+        "nmtserve_sentences_running": "Sentences decoding in the in-flight batch",
+        "nmtserve_sentences_queued": "Sentences waiting to join the in-flight batch",
+        "nmtserve_batch_peak_sentences": "Largest in-flight batch since the previous report (every 0.5 s)",
+    }
+    COUNTERS = {
+        "nmtserve_decode_steps_total": ("steps", "Decoder steps run (one per step of the whole in-flight batch)"),
+        "nmtserve_sentences_total": ("sentences", "Sentences decoded"),
+        "nmtserve_generated_tokens_total": ("tokens", "Tokens of the best hypotheses returned, EOS included"),
+    }
+
+    def __init__(self, model: str):
+        labels = {"model": model}
+        # A family must outlive its metrics: Triton deletes a family's metrics with it.
+        self.families = {name: pb_utils.MetricFamily(name=name, description=text, kind=pb_utils.MetricFamily.GAUGE)
+                         for name, text in self.GAUGES.items()}
+        self.families.update({name: pb_utils.MetricFamily(name=name, description=text, kind=pb_utils.MetricFamily.COUNTER)
+                              for name, (_, text) in self.COUNTERS.items()})
+        self.gauges = {name: self.families[name].Metric(labels=labels) for name in self.GAUGES}
+        self.counters = {name: (key, self.families[name].Metric(labels=labels)) for name, (key, _) in self.COUNTERS.items()}
+        self.reported = {key: 0 for key, _ in self.counters.values()}
+
+    def report(self, engine) -> None:
+        stats = engine.stats
+        peak, stats["peak_running"] = stats["peak_running"], engine.running
+        self.gauges["nmtserve_sentences_running"].set(engine.running)
+        self.gauges["nmtserve_sentences_queued"].set(engine.queued)
+        self.gauges["nmtserve_batch_peak_sentences"].set(peak)
+        for key, metric in self.counters.values():
+            value = stats[key]
+            if value > self.reported[key]:
+                metric.increment(value - self.reported[key])
+                self.reported[key] = value
 
 
 def _step_runtime(params: dict, version_dir: Path, folder: Path, spec, device_id: int = 0):
