@@ -304,3 +304,29 @@ def test_memory_groups_start_small_and_grow_to_the_batch(tiny):
     engine.stop()
     assert tokens(got) == tokens(reference_decode(model, srcs, opts))
     assert capacities[0] == 8 and max(capacities) == 12  # doubled, capped at max_sentences
+
+
+def test_two_decode_loops_over_one_runtime_equal_the_reference(tiny):
+    """EnginePool: requests spread over two loops sharing the ONNX Runtime sessions; every
+    sentence still gets exactly its reference result, and both loops took work."""
+    from nmtserve.server.engine import EnginePool
+
+    model, onnx_model = tiny
+    onnx_model.spec = dataclasses.replace(onnx_model.spec, max_target_len=24, max_batch=8)
+    pool = EnginePool(onnx_model, workers=2, max_sentences=8, max_beam=4).start()
+    srcs = sources(36, model.config.src_vocab_size, seed=31)
+    got = staggered(pool, srcs, 3, OPTS)
+    pool.stop()
+    assert tokens(got) == tokens(reference_decode(model, srcs, OPTS))
+    assert all(e.stats["sentences"] > 0 for e in pool.engines)
+    assert pool.stats["sentences"] == 36
+
+
+def test_cpu_layout_uses_every_core_without_oversubscribing():
+    from nmtserve.server.triton_models import cpu_layout
+
+    assert cpu_layout("inprocess", cores=2) == (2, 1)
+    assert cpu_layout("inprocess", cores=16) == (2, 8)
+    assert cpu_layout("inprocess", cores=1) == (1, 1)
+    assert cpu_layout("inprocess", workers=1, threads=4, cores=2) == (1, 4)  # asked for: kept
+    assert cpu_layout("tensorrt") == (1, None)  # one loop per GPU

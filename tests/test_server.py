@@ -259,4 +259,5 @@ def test_concurrent_one_sentence_requests_decode_in_one_batch(demo_server, refer
     steps = _metric(demo_server, "nmtserve_decode_steps_total") - steps_before
     assert _metric(demo_server, "nmtserve_sentences_total") - sentences_before == 32
     one_by_one = sum(len(t.split()) + 2 for t in want[:32])  # at least a step per target token, each
-    assert steps < one_by_one / 4, f"{steps} steps for 32 concurrent sentences: they did not share steps"
+    # Summed over the decode loops (2 on a 2-core machine), each running its share of the batch.
+    assert steps < one_by_one / 2, f"{steps} steps for 32 concurrent sentences: they did not share steps"

@@ -42,7 +42,10 @@ class RepositoryOptions:
     name: str = "translate"
     max_batch: int = 64  # sentences in the running decode batch
     max_beam: int = 8
-    intra_op_threads: int = 0  # 0: ONNX Runtime's default (all cores)
+    # CPU decode loops and ONNX Runtime threads per call; 0: chosen at load for the cores present
+    # (nmtserve.server.triton_models.cpu_layout: 2 loops x cores // 2 threads).
+    workers: int = 0
+    intra_op_threads: int = 0
     # How generate runs the graphs (nmtserve.server.protocol.STEP_BACKENDS); "": the
     # target's default ("inprocess" ONNX Runtime on cpu, measured faster than "bls"; "tensorrt" on gpu).
     step_backend: str = ""
@@ -135,7 +138,8 @@ def model_configs(dims: graphs.Dims, opts: RepositoryOptions) -> dict[str, tuple
         "decoder": (_graph_tensors(graphs.decoder_inputs(dims)), _graph_tensors(graphs.decoder_outputs(dims))),
     }
     engine_params = {"artifacts": ".", "max_batch": str(opts.max_batch), "max_beam": str(opts.max_beam),
-                     "intra_op_threads": str(opts.intra_op_threads), "step_backend": opts.step_backend}
+                     "workers": str(opts.workers), "intra_op_threads": str(opts.intra_op_threads),
+                     "step_backend": opts.step_backend}
     # The engine's device: a GPU backend gets one instance per GPU (Triton passes the device id).
     engine_kind = "KIND_GPU" if opts.step_backend in ("tensorrt", "onnxruntime-cuda") else "KIND_CPU"
     if opts.step_backend == "tensorrt":

@@ -492,3 +492,67 @@ class _Group:
             buf[:span] = buf[lo:g].copy()  # on the backend's device
         self.table[:, :, :span] = self.table[:, :, lo:g].copy()
         self.start[: self.size] -= lo
+
+
+class EnginePool:
+    """Several ``InflightBatcher`` loops over one runtime, for a CPU with more cores than one
+    loop keeps busy: each loop runs its own batch (its own groups and cache pools) in its own
+    thread, and a request goes whole to the loop with the fewest sentences running or queued.
+
+    The runtime is shared: ONNX Runtime sessions may be run from several threads at once, and
+    with one intra-op thread each call runs on its caller's thread, so two loops keep two cores
+    busy without ORT's spinning worker threads (which fight the loops' Python threads for the
+    cores, see DESIGN.md). GPU runtimes use one loop (``workers=1``)."""
+
+    def __init__(self, runtime: StepRuntime, workers: int, max_sentences: int | None = None, max_beam: int = 8,
+                 pool_slack: int = 64):
+        total = max_sentences or runtime.spec.max_batch
+        share = max(1, -(-total // workers))
+        self.engines = [InflightBatcher(runtime, max_sentences=share, max_beam=max_beam, pool_slack=pool_slack)
+                        for _ in range(workers)]
+        self.spec, self.max_beam = runtime.spec, max_beam
+        self._lock = threading.Lock()
+
+    def start(self) -> EnginePool:
+        for engine in self.engines:
+            engine.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        for engine in self.engines:
+            engine.stop(timeout)
+
+    def submit(self, sources: Sequence[Sequence[int]], options: SearchOptions, callback: Callback,
+               cancelled: Callable[[], bool] | None = None) -> None:
+        with self._lock:  # two submits at once must not both pick the same idle loop
+            engine = min(self.engines, key=lambda e: e.running + e.queued)
+            engine.submit(sources, options, callback, cancelled=cancelled)
+
+    def translate(self, sources: Sequence[Sequence[int]], options: SearchOptions, timeout: float | None = None) -> list[list[Hypothesis]]:
+        return InflightBatcher.translate(self, sources, options, timeout)  # type: ignore[arg-type]
+
+    @property
+    def running(self) -> int:
+        return sum(e.running for e in self.engines)
+
+    @property
+    def queued(self) -> int:
+        return sum(e.queued for e in self.engines)
+
+    @property
+    def stats(self) -> dict:
+        return _SummedStats(self.engines)
+
+
+class _SummedStats(dict):
+    """The loops' ``stats`` added up; resetting ``peak_running`` resets every loop's."""
+
+    def __init__(self, engines: list[InflightBatcher]):
+        super().__init__({k: sum(e.stats[k] for e in engines) for k in engines[0].stats})
+        self.engines = engines
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(key, value)
+        if key == "peak_running":
+            for e in self.engines:
+                e.stats[key] = e.running

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from pathlib import Path
 
@@ -153,16 +154,19 @@ class GenerateModel:
 
     def initialize(self, args: dict) -> None:
         from ..runtime.spec import SPEC_FILE, ModelSpec
-        from .engine import InflightBatcher
+        from .engine import EnginePool, InflightBatcher
 
         params, version_dir = _parameters(args)
         folder = _artifacts(params, version_dir)
         self.spec = ModelSpec.load(folder / SPEC_FILE)
         self.max_beam = int(params.get("max_beam", self.spec.max_beam))
-        runtime = _step_runtime(params, version_dir, folder, self.spec,
+        backend = params.get("step_backend", "inprocess")
+        workers, threads = cpu_layout(backend, int(params.get("workers", "0")), int(params.get("intra_op_threads", "0")))
+        runtime = _step_runtime(params, version_dir, folder, self.spec, threads,
                                 device_id=int(args.get("model_instance_device_id") or 0))
-        self.engine = InflightBatcher(runtime, max_sentences=int(params.get("max_batch", self.spec.max_batch)),
-                                      max_beam=self.max_beam).start()
+        max_sentences = int(params.get("max_batch", self.spec.max_batch))
+        self.engine = (EnginePool(runtime, workers, max_sentences=max_sentences, max_beam=self.max_beam) if workers > 1
+                       else InflightBatcher(runtime, max_sentences=max_sentences, max_beam=self.max_beam)).start()
         self._final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         self._waiting: dict[int, tuple] = {}  # id -> (response sender, cancel event)
         self._lock = threading.Lock()
@@ -171,7 +175,8 @@ class GenerateModel:
         # Cancellation and metrics are IPC round trips: twice a second, not per step.
         self._poller = threading.Thread(target=self._poll, name="nmtserve-poll", daemon=True)
         self._poller.start()
-        log.info("generate ready (%s): %s", params.get("step_backend", "inprocess"), self.spec)
+        log.info("generate ready (%s, %d decode loop(s) x %s intra-op thread(s)): %s", backend, workers,
+                 threads or "default", self.spec)
 
     def execute(self, requests: list) -> None:
         for request in requests:
@@ -267,10 +272,24 @@ class _EngineMetrics:
                 self.reported[key] = value
 
 
-def _step_runtime(params: dict, version_dir: Path, folder: Path, spec, device_id: int = 0):
+def cpu_layout(backend: str, workers: int = 0, threads: int = 0, cores: int | None = None) -> tuple[int, int | None]:
+    """(decode loops, intra-op threads per call) for a step backend; 0 means choose.
+
+    On CPU (``inprocess``) two loops with ``cores // 2`` threads each by default: measured on 2
+    cores, ONNX Runtime's intra-op workers only pay when they spin, and spinning workers fight the
+    loops' Python threads (DESIGN.md), while two single-threaded loops keep both cores busy. GPU
+    backends run one loop (one execution context); ``bls`` calls other models, one loop.
+    """
+    if backend != "inprocess":
+        return 1, threads or None
+    cores = cores or len(os.sched_getaffinity(0))
+    workers = workers or min(2, cores)
+    return workers, threads or max(1, cores // workers)
+
+
+def _step_runtime(params: dict, version_dir: Path, folder: Path, spec, threads: int | None, device_id: int = 0):
     """The engine's runtime for its ``step_backend`` parameter (``protocol.STEP_BACKENDS``)."""
     backend = params.get("step_backend", "inprocess")
-    threads = int(params.get("intra_op_threads", "0")) or None
     encoder, decoder = folder / "encoder.onnx", folder / "decoder.onnx"
     if backend == "inprocess":
         from ..runtime.onnxruntime import OnnxModel
