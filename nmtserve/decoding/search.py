@@ -299,8 +299,8 @@ class BeamBatch:
             cand = (scores[:, :, None] + values).reshape(b, -1)
             flat = (np.arange(k)[None, :, None] * vocab + tokens).reshape(b, -1)  # index in the (K, V) layout
             order = np.lexsort((flat, -cand), axis=1)[:, : 2 * k]
-            top_scores = np.take_along_axis(cand, order, axis=1)
-            top = np.take_along_axis(flat, order, axis=1)
+            rows = np.arange(b)[:, None]  # plain fancy indexing: take_along_axis costs ~30 us a call
+            top_scores, top = cand[rows, order], flat[rows, order]
         else:
             log_probs = np.asarray(log_probs, dtype=np.float64)
             vocab = log_probs.shape[2]
@@ -334,14 +334,14 @@ class BeamBatch:
         running = ~is_eos
         chosen = running & (np.cumsum(running, axis=1) <= k)
         order = np.argsort(~chosen, axis=1, kind="stable")[:, :k]  # the chosen, in rank order, first
-        valid = np.take_along_axis(chosen, order, axis=1)
-        tokens = np.where(valid, np.take_along_axis(top_token, order, axis=1), eos)
-        parents = np.where(valid, np.take_along_axis(top_beam, order, axis=1), 0)
-        scores = np.where(valid, np.take_along_axis(top_scores, order, axis=1), -np.inf)  # dead beams
-        rows = np.arange(b)
+        rows = np.arange(b)[:, None]
+        valid = chosen[rows, order]
+        tokens = np.where(valid, top_token[rows, order], eos)
+        parents = np.where(valid, top_beam[rows, order], 0)
+        scores = np.where(valid, top_scores[rows, order], -np.inf)  # dead beams
         width = int(t.max()) if b else 0  # reorder only the steps some row has taken
-        self.sequences[:b, :, :width] = np.take_along_axis(self.sequences[:b, :, :width], parents[:, :, None], axis=1)
-        self.sequences[rows, :, t] = tokens
+        self.sequences[:b, :, :width] = self.sequences[:b, :, :width][rows, parents]
+        self.sequences[rows[:, 0], :, t] = tokens
         self.tokens[:b], self.parents[:b], self.scores[:b], self.t[:b] = tokens, parents, scores, gen_len
         self.done[:b] = at_max | self._cannot_improve(scores[:, 0], gen_len)
 
@@ -361,8 +361,7 @@ class BeamBatch:
         full = self.pool_size[:b] >= self.pool_capacity[:b]
         penalty, stopping = self.penalty[:b], self.stopping[:b]
         length = np.where((stopping == 2) & (penalty > 0), self.max_len[:b], gen_len).astype(np.float64)
-        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            bound = best_running / length**penalty
+        bound = best_running / length**penalty  # lengths >= 1: finite, or -inf for a dead beam
         return full & ((stopping == 1) | (bound <= self.pool_worst[:b]))
 
 

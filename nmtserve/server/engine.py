@@ -342,7 +342,7 @@ class InflightBatcher:
             group.search.advance(Candidates(self.arrays.asnumpy(out["top_log_probs"][..., :m]),
                                             self.arrays.asnumpy(out["top_ids"][..., :m]), self.spec.vocab))
             window = group.table[:b, :, t_lo : g + 1]
-            group.table[:b, :, t_lo : g + 1] = np.take_along_axis(window, group.search.parents[:b, :, None], axis=1)
+            group.table[:b, :, t_lo : g + 1] = window[np.arange(b)[:, None], group.search.parents[:b]]
             done = np.flatnonzero(group.search.done[:b])
             if len(done):
                 for row in done.tolist():
