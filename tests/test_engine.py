@@ -330,3 +330,16 @@ def test_cpu_layout_uses_every_core_without_oversubscribing():
     assert cpu_layout("inprocess", cores=1) == (1, 1)
     assert cpu_layout("inprocess", workers=1, threads=4, cores=2) == (1, 4)  # asked for: kept
     assert cpu_layout("tensorrt") == (1, None)  # one loop per GPU
+
+
+def test_a_request_split_over_two_loops_comes_back_whole_and_in_order(tiny):
+    from nmtserve.server.engine import EnginePool
+
+    model, onnx_model = tiny
+    onnx_model.spec = dataclasses.replace(onnx_model.spec, max_target_len=24, max_batch=8)
+    pool = EnginePool(onnx_model, workers=2, max_sentences=8, max_beam=4).start()
+    srcs = sources(11, model.config.src_vocab_size, seed=32)
+    got = pool.translate(srcs, OPTS, timeout=60)
+    pool.stop()
+    assert tokens(got) == tokens(reference_decode(model, srcs, OPTS))
+    assert [e.stats["sentences"] for e in pool.engines] == [5, 6]  # both loops decoded a part

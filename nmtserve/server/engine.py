@@ -88,6 +88,15 @@ class _Request:
         self.remaining = len(self.sources)
 
 
+def check_request(sources: Sequence[Sequence[int]], options: SearchOptions, spec: ModelSpec, max_beam: int) -> None:
+    """What a loop refuses at submit, checked before any part of a request is queued."""
+    if options.beam_size > max_beam:
+        raise ValueError(f"beam_size {options.beam_size} exceeds this server's maximum {max_beam}")
+    too_long = [i for i, src in enumerate(sources) if len(src) > spec.max_source_len]
+    if too_long:  # the encoder's profile (TensorRT) and positions end there
+        raise ValueError(f"source {too_long[0]} has more than max_source_len={spec.max_source_len} tokens")
+
+
 class EngineStopped(RuntimeError):
     pass
 
@@ -154,11 +163,7 @@ class InflightBatcher:
     def submit(self, sources: Sequence[Sequence[int]], options: SearchOptions, callback: Callback,
                cancelled: Callable[[], bool] | None = None) -> None:
         """Queue sentences (id lists ending with EOS); ``callback(results, error)`` runs in the engine thread."""
-        if options.beam_size > self.max_beam:
-            raise ValueError(f"beam_size {options.beam_size} exceeds this server's maximum {self.max_beam}")
-        too_long = [i for i, src in enumerate(sources) if len(src) > self.spec.max_source_len]
-        if too_long:  # the encoder's profile (TensorRT) and positions end there
-            raise ValueError(f"source {too_long[0]} has more than max_source_len={self.spec.max_source_len} tokens")
+        check_request(sources, options, self.spec, self.max_beam)
         request = _Request([list(s) for s in sources], options, callback, cancelled=cancelled)
         if not request.sources:
             callback([], None)
@@ -524,9 +529,40 @@ class EnginePool:
 
     def submit(self, sources: Sequence[Sequence[int]], options: SearchOptions, callback: Callback,
                cancelled: Callable[[], bool] | None = None) -> None:
-        with self._lock:  # two submits at once must not both pick the same idle loop
-            engine = min(self.engines, key=lambda e: e.running + e.queued)
-            engine.submit(sources, options, callback, cancelled=cancelled)
+        """A request of one sentence goes to the least-loaded loop; a larger one is split evenly
+        over the loops (so a bulk request keeps every core busy) and answered once, in order,
+        when every part is done, or with the first part's error."""
+        sources = list(sources)
+        check_request(sources, options, self.spec, self.max_beam)
+        parts = min(len(self.engines), len(sources))
+        if parts <= 1:
+            with self._lock:  # two submits at once must not both pick the same idle loop
+                engine = min(self.engines, key=lambda e: e.running + e.queued)
+                engine.submit(sources, options, callback, cancelled=cancelled)
+            return
+        bounds = [len(sources) * i // parts for i in range(parts + 1)]
+        results: list = [None] * len(sources)
+        state = {"left": parts, "failed": False}
+        lock = threading.Lock()
+
+        def part_done(lo: int):
+            def done(part: list | None, error: BaseException | None) -> None:
+                with lock:
+                    if state["failed"]:
+                        return
+                    if error is not None:
+                        state["failed"] = True
+                    else:
+                        results[lo : lo + len(part)] = part
+                        state["left"] -= 1
+                        if state["left"]:
+                            return
+                callback(None, error) if error is not None else callback(results, None)
+            return done
+
+        with self._lock:
+            for engine, lo, hi in zip(self.engines, bounds, bounds[1:], strict=False):
+                engine.submit(sources[lo:hi], options, part_done(lo), cancelled=cancelled)
 
     def translate(self, sources: Sequence[Sequence[int]], options: SearchOptions, timeout: float | None = None) -> list[list[Hypothesis]]:
         return InflightBatcher.translate(self, sources, options, timeout)  # type: ignore[arg-type]
