@@ -550,14 +550,17 @@ class EnginePool:
                 with lock:
                     if state["failed"]:
                         return
-                    if error is not None:
+                    if error is not None or part is None:
                         state["failed"] = True
                     else:
                         results[lo : lo + len(part)] = part
                         state["left"] -= 1
                         if state["left"]:
                             return
-                callback(None, error) if error is not None else callback(results, None)
+                if state["failed"]:
+                    callback(None, error)
+                else:
+                    callback(results, None)
             return done
 
         with self._lock:
