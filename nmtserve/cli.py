@@ -122,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "onnxruntime-cuda: gpu without TensorRT plans; bls: through the encoder/decoder models)")
     p.add_argument("--parity-sentences", type=int, default=50, help="sentences in the ONNX-vs-PyTorch parity check")
     p.add_argument("--skip-parity", action="store_true", help="skip the parity check (not recommended)")
+    p.add_argument("--graph-models", action="store_true",
+                   help="also serve the encoder/decoder graphs as Triton models `encoder`/`decoder` for custom "
+                        "decode loops (CPU target; a process and a copy of the weights each)")
 
     p = sub.add_parser("serve", help="start the embedded CPU tritonserver on a model repository")
     p.add_argument("--model-repository", default="model_repository")

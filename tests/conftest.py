@@ -35,7 +35,7 @@ def demo_repository(tmp_path_factory) -> Path:
     from nmtserve.cli import main
 
     repo = tmp_path_factory.mktemp("repo") / "model_repository"
-    code = main(["export", str(DEMO), "--repository", str(repo), "--max-target-len", "128",
+    code = main(["export", str(DEMO), "--repository", str(repo), "--graph-models", "--max-target-len", "128",
                  "--max-source-len", "128", "--max-batch", "32"])
     assert code == 0, "nmtserve export failed"
     return repo

@@ -268,7 +268,7 @@ def test_step_backend_is_checked_against_the_target(target, backend, message):
 
 
 def test_cpu_target_keeps_the_graphs_in_onnx_runtime_python_models():
-    configs = model_configs(DIMS, RepositoryOptions())
+    configs = model_configs(DIMS, RepositoryOptions(graph_models=True))
     for model in ("encoder", "decoder"):
         config, cls = configs[model]
         assert cls == "OnnxGraphModel" and 'backend: "python"' in config and "tensorrt" not in config
@@ -280,12 +280,24 @@ def test_unknown_target_is_rejected():
 
 
 def test_gpu_export_over_a_cpu_repository_leaves_no_stale_graph_model_py(tmp_path):
-    write_repository(tmp_path, DIMS, {}, RepositoryOptions(target="cpu"))
+    write_repository(tmp_path, DIMS, {}, RepositoryOptions(target="cpu", graph_models=True))
     assert (tmp_path / "encoder" / "1" / "model.py").is_file()
     write_repository(tmp_path, DIMS, {}, RepositoryOptions(target="gpu"))
     assert not (tmp_path / "encoder" / "1" / "model.py").exists()
     assert not (tmp_path / "decoder" / "1" / "model.py").exists()
     assert (tmp_path / "generate" / "1" / "model.py").is_file()
+
+
+def test_cpu_repository_serves_the_graphs_only_when_asked_and_drops_stale_ones(tmp_path):
+    """encoder/decoder models hold a copy of the weights each: only with graph_models (or the bls
+    step backend, which calls them); a re-export without them removes them, or Triton loads them."""
+    assert {"encoder", "decoder"}.isdisjoint(model_configs(DIMS, RepositoryOptions()))
+    assert {"encoder", "decoder"} <= set(model_configs(DIMS, RepositoryOptions(graph_models=True)))
+    assert {"encoder", "decoder"} <= set(model_configs(DIMS, RepositoryOptions(step_backend="bls")))
+    write_repository(tmp_path, DIMS, {}, RepositoryOptions(graph_models=True))
+    assert (tmp_path / "decoder" / "config.pbtxt").is_file()
+    write_repository(tmp_path, DIMS, {}, RepositoryOptions())
+    assert not (tmp_path / "encoder").exists() and not (tmp_path / "decoder").exists()
 
 
 # ---- nmtserve.export.engines: TensorRT replaced at build_engine only ------------------------------

@@ -14,7 +14,7 @@ def export_main(args: argparse.Namespace) -> int:
         repository=Path(args.repository), name=args.name, target=args.target, fp16=args.fp16,
         max_batch=args.max_batch, max_source_len=args.max_source_len, max_target_len=args.max_target_len,
         beam_size=args.beam_size, parity_sentences=args.parity_sentences, skip_parity=args.skip_parity,
-        step_backend=args.step_backend,
+        step_backend=args.step_backend, graph_models=args.graph_models,
     )
     try:
         report = export(Path(args.checkpoint), opts)

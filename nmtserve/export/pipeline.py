@@ -45,6 +45,7 @@ class ExportOptions:
     parity_sentences: int = 50
     skip_parity: bool = False
     step_backend: str = ""  # how generate runs the graphs; "": the target's default
+    graph_models: bool = False  # also serve encoder/decoder as models (RepositoryOptions)
 
 
 @dataclass
@@ -103,7 +104,7 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
     try:  # option mistakes fail before any slow stage
         repo_opts = RepositoryOptions(name=opts.name, max_batch=opts.max_batch,
                                       max_beam=max(8, opts.beam_size), target=opts.target,
-                                      step_backend=opts.step_backend)
+                                      step_backend=opts.step_backend, graph_models=opts.graph_models)
     except ValueError as exc:
         raise ExportError(f"options: {exc}") from exc
     t = time.monotonic()

@@ -7,7 +7,8 @@ Layout (``--name translate``)::
     generate/          Python, non-decoupled, answers through response senders: the in-flight
       1/               batcher over encoder.onnx decoder.onnx (model.json source.spm [target.spm vocab.json])
     detokenize/        Python: sentencepiece
-    encoder/ decoder/  the graphs themselves, for users who run their own loop
+    encoder/ decoder/  the graphs themselves, for users who run their own loop (``graph_models``;
+                       always on the gpu target, where they hold the TensorRT plans)
 
 ``target="gpu"`` writes ``encoder`` / ``decoder`` as TensorRT models (``platform: "tensorrt_plan"``)
 whose ``1/model.plan`` is built for the GPU present when the container starts
@@ -29,6 +30,7 @@ from .. import graphs
 from ..server.protocol import OPTION_INPUTS, STEP_BACKENDS
 
 ARTIFACTS_MODEL = "generate"
+GRAPH_MODELS = ("encoder", "decoder")
 TARGETS = ("cpu", "gpu")
 DEFAULT_STEP_BACKEND = {"cpu": "inprocess", "gpu": "tensorrt"}
 # generate's plans on the gpu target: the ones Triton's TensorRT backend serves as encoder/decoder.
@@ -50,6 +52,10 @@ class RepositoryOptions:
     # target's default ("inprocess" ONNX Runtime on cpu, measured faster than "bls"; "tensorrt" on gpu).
     step_backend: str = ""
     target: str = "cpu"  # "gpu": TensorRT encoder/decoder models, and generate on those plans
+    # Serve the graphs themselves as `encoder` / `decoder` models on CPU (custom decode loops;
+    # the `bls` step backend needs them). Off by default: each is a process holding a copy of
+    # the weights (opus-mt-base: ~700 MB for the two) that the translation path never uses.
+    graph_models: bool = False
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -149,6 +155,8 @@ def model_configs(dims: graphs.Dims, opts: RepositoryOptions) -> dict[str, tuple
     # then nothing in the repository needs a plan and the container builds none.
     if opts.target == "gpu" and opts.step_backend != "onnxruntime-cuda":
         graph_models = {name: (_tensorrt_model(name, *io), None) for name, io in graph_io.items()}
+    elif not (opts.graph_models or opts.step_backend == "bls"):
+        graph_models = {}
     else:
         graph_models = {
             name: (_python_model(name, *io, params={**art, "graph": f"{name}.onnx"}), "OnnxGraphModel")
@@ -177,7 +185,11 @@ def _write(path: Path, data: str | bytes) -> None:
 def write_repository(repository: Path, dims: graphs.Dims, artifacts: dict[str, Path], opts: RepositoryOptions) -> list[Path]:
     """Write configs, model.py files and artifacts; returns the files written."""
     written = []
-    for model, (config, cls) in model_configs(dims, opts).items():
+    configs = model_configs(dims, opts)
+    for model in GRAPH_MODELS:  # left by an earlier export that served them: Triton would load them
+        if model not in configs and (repository / model / "config.pbtxt").is_file():
+            shutil.rmtree(repository / model)
+    for model, (config, cls) in configs.items():
         _write(repository / model / "config.pbtxt", config)
         written.append(repository / model / "config.pbtxt")
         version = repository / model / "1"
