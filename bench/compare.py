@@ -32,7 +32,9 @@ Scenarios (columns), each for every beam of ``--beams``:
   sentences/s (first send -> last answer) and p50/p90 request latency. ``served``: a thread per
   client with its own gRPC client; ``engine``: a thread per client calling
   ``EnginePool.translate``; CTranslate2: a thread per client calling ``translate_batch``
-  with its one sentence (CT2 does not batch across calls). Not measured for ``pytorch`` and
+  with its one sentence (CT2 does not batch across calls), on a translator with as many
+  workers as nmtserve has decode loops (``inter_threads=2, intra_threads=threads // 2``: on 2
+  cores 2.2x its ``1 x 2`` layout, so that layout would flatter nmtserve). Not measured for ``pytorch`` and
   ``transformers`` (no cross-request batching: it would be the latency scenario, serialized);
 * ``latency``  one client, one sentence at a time: p50/p90 ms.
 
@@ -277,6 +279,7 @@ class Runner:
     other_load: Callable[[], OtherLoad] = OtherLoad
     extra: Callable[[], dict] = dict  # per-measurement extras (server CPU)
     thread_setup: Callable[[], object] = dict  # run by each serving client thread before the start
+    serving_decoder: Callable[[int], Decoder] | None = None  # another layout for the serving scenario
 
 
 @contextmanager
@@ -386,8 +389,15 @@ def ct2_runner(size: Size, name: str, threads: int) -> Iterator[Runner]:
     compute = CT2_ROWS[name]
     translator = ctranslate2.Translator(str(size.ct2_dir), device="cpu", compute_type=compute,
                                         intra_threads=threads, inter_threads=1)
-    yield Runner(name, f"CTranslate2 {ctranslate2.__version__} {compute}",
-                 lambda beam: size.ct2_decoder(translator, beam))
+    # Concurrent clients: as many CT2 workers as nmtserve has decode loops, the threads split
+    # between them (on 2 cores 2 x 1: 2.2x CT2's own 1 x 2 layout with 64 one-sentence clients).
+    workers = min(2, threads)
+    parallel = ctranslate2.Translator(str(size.ct2_dir), device="cpu", compute_type=compute,
+                                      intra_threads=max(1, threads // workers), inter_threads=workers)
+    yield Runner(name, f"CTranslate2 {ctranslate2.__version__} {compute} (serving: {workers} workers x "
+                       f"{max(1, threads // workers)} threads)",
+                 lambda beam: size.ct2_decoder(translator, beam),
+                 serving_decoder=lambda beam: size.ct2_decoder(parallel, beam))
 
 
 # ---- the scenarios ----------------------------------------------------------------------------------
@@ -442,7 +452,8 @@ def measure(size: Size, runner: Runner, beam: int, scenario: str, pass_name: str
     c = size.counts
     n = scenario_sentences(c, runner.name, scenario)
     items = (size.texts if runner.texts else size.sources)[:n]
-    decode = runner.decoder(beam)
+    serving = scenario == "serving" and runner.serving_decoder is not None
+    decode = runner.serving_decoder(beam) if serving else runner.decoder(beam)  # type: ignore[misc]
     entry = {"size": size.name, "row": runner.name, "beam": beam, "scenario": scenario, "pass": pass_name,
              "sentences": n, "load_before": load_average()}
     runner.extra()
