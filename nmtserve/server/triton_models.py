@@ -50,6 +50,24 @@ def _error(message: str, invalid: bool = True):
     return pb_utils.TritonError(message, code)
 
 
+def _engine_error(prefix: str, exc: BaseException):
+    """An engine failure as the status a client can act on: UNAVAILABLE while the server shuts
+    down (retry elsewhere), CANCELLED for a cancelled request, INVALID_ARG for a request the
+    engine refuses, INTERNAL otherwise."""
+    from .engine import EngineStopped, RequestCancelled
+
+    errors = pb_utils.TritonError
+    if isinstance(exc, EngineStopped):
+        code = getattr(errors, "UNAVAILABLE", errors.INTERNAL)
+    elif isinstance(exc, RequestCancelled):
+        code = getattr(errors, "CANCELLED", errors.INTERNAL)
+    elif isinstance(exc, ValueError):  # refused at submit (a limit of the engine)
+        code = errors.INVALID_ARG
+    else:
+        code = errors.INTERNAL
+    return pb_utils.TritonError(f"{prefix}{exc}", code)
+
+
 def _input(request, name: str) -> np.ndarray | None:
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     return None if tensor is None else tensor.as_numpy()
@@ -197,7 +215,7 @@ class GenerateModel:
             except Exception as exc:  # shutting down, or a limit the checks above did not cover
                 with self._lock:
                     self._waiting.pop(key, None)
-                sender.send(pb_utils.InferenceResponse(error=_error(str(exc), invalid=False)), flags=self._final)
+                sender.send(pb_utils.InferenceResponse(error=_engine_error("", exc)), flags=self._final)
         return None
 
     def _responder(self, key: int, sender, nbest: int):
@@ -205,7 +223,7 @@ class GenerateModel:
             with self._lock:
                 self._waiting.pop(key, None)
             if error is not None:
-                response = pb_utils.InferenceResponse(error=_error(f"decoding failed: {error}", invalid=False))
+                response = pb_utils.InferenceResponse(error=_engine_error("decoding failed: ", error))
             else:
                 arrays = results_to_arrays(results, nbest, self.spec.pad_id)
                 response = pb_utils.InferenceResponse(
