@@ -8,7 +8,7 @@ import zlib
 import numpy as np
 import pytest
 
-from nmtserve.decoding.search import Candidates, SearchOptions, beam_search, preselect
+from nmtserve.decoding.search import Candidates, SearchOptions, beam_search
 
 BOS, EOS = 1, 2
 
@@ -233,7 +233,24 @@ def test_exhaustive_helper_is_complete():
     assert len({tuple(s) for s, _ in seqs}) == len(seqs)
 
 
-# ---- preselected candidates (the GPU runtimes download each hypothesis' top 2K+1, not V) ----------
+# ---- candidates (the served search reads each hypothesis' top 2K+1, not V) ----------------------
+
+def preselect(log_probs, m: int):
+    """Top ``m`` tokens per hypothesis of ``log_probs`` (b, K, V), unsorted (argpartition): a
+    candidate source other than the graphs' sorted TopK, for the search's generic path. Returns
+    ``(values, tokens, ambiguous)``; ``ambiguous`` is set when some row has more entries equal to
+    its m-th value than fit, so which were kept is arbitrary: then use the full log-probs.
+    None when ``m`` does not leave out any token."""
+    vocab = log_probs.shape[-1]
+    if m >= vocab:
+        return None
+    tokens = np.argpartition(-log_probs, m - 1, axis=-1)[..., :m]
+    values = np.take_along_axis(log_probs, tokens, axis=-1)
+    cut = values.min(axis=-1, keepdims=True)
+    # Ties among -inf (pad, masked tokens) cannot matter: such candidates never enter a beam alive.
+    ambiguous = ((log_probs >= cut).sum(axis=-1) > m) & np.isfinite(cut[..., 0])
+    return values, tokens, ambiguous.any()
+
 
 class Dense32(PrefixModel):
     """The prefix model's log-probs as float32 (what the graphs return), optionally rounded to

@@ -22,12 +22,11 @@ compare token for token:
 * below ``min_length`` generated tokens EOS has probability 0.
 
 A step may hand ``advance`` either the full log-probs ``(b, K, V)`` or ``Candidates``: each
-hypothesis' ``m >= 2K + 1`` most likely tokens, chosen where the log-probs are (``preselect``,
-on the GPU for the GPU runtimes, so ``V`` floats per hypothesis never cross to the host). The
-result is the same: a sentence's top ``2K`` continuations are among its hypotheses' top ``2K``
-tokens (one more covers a masked EOS), and ties keep the same order (lower beam, then lower
-token). ``preselect`` declines (returns None) when a tie at its cut-off makes the choice
-ambiguous, and the caller passes the full log-probs instead.
+hypothesis' ``m >= 2K + 1`` most likely tokens (the served decoder graph picks them with a
+TopK node, so ``V`` floats per hypothesis never leave it), in any order. The result is the
+same: a sentence's top ``2K`` continuations are among its hypotheses' top ``2K`` tokens (one
+more covers a masked EOS), and ties keep the same order (lower beam, then lower token) as long
+as a tie at a hypothesis' cut-off kept its lower ids (ONNX TopK's rule).
 
 ``patience`` is CTranslate2's: 1.0 is the transformers rule; larger values search longer.
 Finished sentences leave the running batch at once, so the step model computes only live rows.
@@ -53,23 +52,6 @@ class Candidates:
     values: np.ndarray
     tokens: np.ndarray
     vocab: int
-
-
-def preselect(log_probs, m: int, xp=np):
-    """Top ``m`` tokens per hypothesis of ``log_probs`` (b, K, V), in the array module ``xp``
-    (NumPy or CuPy: runs where the array lives). Returns ``(values, tokens, ambiguous)`` as
-    ``xp`` arrays; ``ambiguous`` (a 0-d bool) is set when some row has more entries equal to its
-    m-th value than fit, so which of them were kept is arbitrary: then use the full log-probs.
-    None when ``m`` does not leave out any token."""
-    vocab = log_probs.shape[-1]
-    if m >= vocab:
-        return None
-    tokens = xp.argpartition(-log_probs, m - 1, axis=-1)[..., :m]
-    values = xp.take_along_axis(log_probs, tokens, axis=-1)
-    cut = values.min(axis=-1, keepdims=True)
-    # Ties among -inf (pad, masked tokens) cannot matter: such candidates never enter a beam alive.
-    ambiguous = ((log_probs >= cut).sum(axis=-1) > m) & xp.isfinite(cut[..., 0])
-    return values, tokens, ambiguous.any()
 
 
 class StepModel(Protocol):

@@ -4,7 +4,7 @@ The in-flight batcher keeps the self-attention cache pool and the cross-attentio
 arrays of its runtime's backend and only ever touches them through this interface, so on a GPU
 they stay on the device for the whole decode: a step uploads the small index tables (token ids,
 positions, ``cache_rows``, masks) and downloads each hypothesis' best 2K+1 log-probabilities
-(``search.preselect``, run on the device); the cache never crosses.
+and token ids (picked inside the decoder graph); the cache never crosses.
 
 ``ArrayBackend`` itself is NumPy (``HOST``, the CPU runtimes). ``CupyArrays`` is CuPy on one
 GPU with one non-blocking CUDA stream that TensorRT and ONNX Runtime are given too, so every
@@ -27,7 +27,6 @@ class ArrayBackend:
     name = "numpy"
     device_type = "cpu"  # ONNX Runtime's name for the memory the arrays are in
     device_id = 0
-    xp: Any = np  # the array module (NumPy or CuPy) for array-generic code such as search.preselect
 
     def activate(self) -> None:
         """Make this backend's device and stream current in the calling thread (CUDA state is per thread)."""
@@ -83,7 +82,7 @@ class CupyArrays(ArrayBackend):  # pragma: no cover - needs CUDA and CuPy
             raise RuntimeError(
                 "the GPU step runtime keeps its cache in CuPy arrays: pip install 'nmtserve[serve-gpu]' (cupy-cuda12x)"
             ) from exc
-        self.cp = self.xp = cupy
+        self.cp = cupy
         self.device_id = device_id
         with cupy.cuda.Device(device_id):
             self.stream = cupy.cuda.Stream(non_blocking=True)

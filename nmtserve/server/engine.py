@@ -97,6 +97,24 @@ def check_request(sources: Sequence[Sequence[int]], options: SearchOptions, spec
         raise ValueError(f"source {too_long[0]} has more than max_source_len={spec.max_source_len} tokens")
 
 
+def _wait_for(submit: Callable, sources: Sequence[Sequence[int]], options: SearchOptions,
+              timeout: float | None) -> list[list[Hypothesis]]:
+    """``submit`` a request and block until its callback runs; its error is raised here."""
+    done = threading.Event()
+    box: dict = {}
+
+    def callback(results, error):
+        box["results"], box["error"] = results, error
+        done.set()
+
+    submit(sources, options, callback)
+    if not done.wait(timeout):
+        raise TimeoutError("translation did not finish in time")
+    if box["error"] is not None:
+        raise box["error"]
+    return box["results"]
+
+
 class EngineStopped(RuntimeError):
     pass
 
@@ -127,8 +145,7 @@ class InflightBatcher:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._groups: dict[int, _Group] = {}  # beam width -> its running sentences
-        # Counters since start; "peak_running" is the largest running batch since whoever reads
-        # it (the metrics reporter) last reset it.
+        # Counters since start; "peak_running" is the largest running batch since take_peak().
         self.stats = {"steps": 0, "sentences": 0, "requests": 0, "tokens": 0, "max_batch_seen": 0, "peak_running": 0}
 
     # ---- public API -----------------------------------------------------------------
@@ -176,19 +193,12 @@ class InflightBatcher:
 
     def translate(self, sources: Sequence[Sequence[int]], options: SearchOptions, timeout: float | None = None) -> list[list[Hypothesis]]:
         """Blocking convenience wrapper (tests, benchmarks)."""
-        done = threading.Event()
-        box: dict = {}
+        return _wait_for(self.submit, sources, options, timeout)
 
-        def callback(results, error):
-            box["results"], box["error"] = results, error
-            done.set()
-
-        self.submit(sources, options, callback)
-        if not done.wait(timeout):
-            raise TimeoutError("translation did not finish in time")
-        if box["error"] is not None:
-            raise box["error"]
-        return box["results"]
+    def take_peak(self) -> int:
+        """The largest running batch since the previous call (the metrics reporter's)."""
+        peak, self.stats["peak_running"] = self.stats["peak_running"], self.running
+        return peak
 
     # ---- the loop -----------------------------------------------------------------
     def _loop(self) -> None:
@@ -221,7 +231,7 @@ class InflightBatcher:
 
     def _admit(self) -> None:
         admitted: list[tuple[_Request, int]] = []
-        rows_needed = 0
+        rows_needed, free_rows = 0, self.max_rows - self.rows_in_use
         with self._cond:
             capacity = self.max_sentences - self.running
             while self.pending and capacity > 0:
@@ -232,7 +242,7 @@ class InflightBatcher:
                     request.callback(None, RequestCancelled("request cancelled"))
                     continue
                 k = request.options.beam_size
-                if rows_needed + k > self.max_rows - self.rows_in_use:
+                if rows_needed + k > free_rows:
                     break
                 rows_needed += k
                 admitted.append((request, request.next_sentence))
@@ -268,16 +278,17 @@ class InflightBatcher:
             self._compact()
         need = max(longest, max((g.longest() for g in self._groups.values()), default=0)) + self.slack + 2
         if need > self.pool_time:
-            self.pool_time = need
-            for group in self._groups.values():
-                group.resize_pool()
+            self._grow_pools(need)
+
+    def _grow_pools(self, steps: int) -> None:
+        self.pool_time = steps
+        for group in self._groups.values():
+            group.resize_pool()
 
     def _compact(self) -> None:
         lo = min((int(g.start[: g.size].min()) for g in self._groups.values() if g.size), default=self.g)
         if lo == 0:  # a sentence has been running since the window began: make room instead
-            self.pool_time *= 2
-            for group in self._groups.values():
-                group.resize_pool()
+            self._grow_pools(2 * self.pool_time)
             return
         for group in self._groups.values():
             if group.size:  # an idle group's pool holds nothing live
@@ -502,7 +513,8 @@ class _Group:
 class EnginePool:
     """Several ``InflightBatcher`` loops over one runtime, for a CPU with more cores than one
     loop keeps busy: each loop runs its own batch (its own groups and cache pools) in its own
-    thread, and a request goes whole to the loop with the fewest sentences running or queued.
+    thread. A one-sentence request goes to the loop with the fewest sentences running or queued;
+    a larger one is split over the loops (``submit``).
 
     The runtime is shared: ONNX Runtime sessions may be run from several threads at once, and
     with one intra-op thread each call runs on its caller's thread, so two loops keep two cores
@@ -568,7 +580,11 @@ class EnginePool:
                 engine.submit(sources[lo:hi], options, part_done(lo), cancelled=cancelled)
 
     def translate(self, sources: Sequence[Sequence[int]], options: SearchOptions, timeout: float | None = None) -> list[list[Hypothesis]]:
-        return InflightBatcher.translate(self, sources, options, timeout)  # type: ignore[arg-type]
+        """Blocking convenience wrapper (tests, benchmarks)."""
+        return _wait_for(self.submit, sources, options, timeout)
+
+    def take_peak(self) -> int:
+        return sum(e.take_peak() for e in self.engines)
 
     @property
     def running(self) -> int:
@@ -580,18 +596,5 @@ class EnginePool:
 
     @property
     def stats(self) -> dict:
-        return _SummedStats(self.engines)
-
-
-class _SummedStats(dict):
-    """The loops' ``stats`` added up; resetting ``peak_running`` resets every loop's."""
-
-    def __init__(self, engines: list[InflightBatcher]):
-        super().__init__({k: sum(e.stats[k] for e in engines) for k in engines[0].stats})
-        self.engines = engines
-
-    def __setitem__(self, key, value) -> None:
-        super().__setitem__(key, value)
-        if key == "peak_running":
-            for e in self.engines:
-                e.stats[key] = e.running
+        """The loops' counters added up (a copy)."""
+        return {k: sum(e.stats[k] for e in self.engines) for k in self.engines[0].stats}

@@ -278,8 +278,7 @@ class _EngineMetrics:
         self.reported = {key: 0 for key, _ in self.counters.values()}
 
     def report(self, engine) -> None:
-        stats = engine.stats
-        peak, stats["peak_running"] = stats["peak_running"], engine.running
+        stats, peak = engine.stats, engine.take_peak()
         self.gauges["nmtserve_sentences_running"].set(engine.running)
         self.gauges["nmtserve_sentences_queued"].set(engine.queued)
         self.gauges["nmtserve_batch_peak_sentences"].set(peak)
