@@ -48,7 +48,6 @@ class OnnxModel:
         self.decoder = ort.InferenceSession(str(decoder), session_options(threads), providers=providers)
         dims = spec.dims
         self._enc_out = [t.name for t in graphs.encoder_outputs(dims)]
-        self._dec_out = [t.name for t in graphs.decoder_outputs(dims)]
         past_type = next(i.type for i in self.decoder.get_inputs() if i.name == "past_key")
         self._float = np.float16 if past_type == "tensor(float16)" else np.float32
 

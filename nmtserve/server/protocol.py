@@ -30,7 +30,6 @@ from ..decoding.search import Hypothesis, SearchOptions
 from ..model.tokenizer import Tokenizer
 from ..runtime.spec import ModelSpec
 
-GENERATE_OUTPUTS = ("OUT_IDS", "OUT_LEN", "OUT_SCORE")
 OPTION_INPUTS = {"BEAM_SIZE": "TYPE_INT32", "MAX_LENGTH": "TYPE_INT32", "LENGTH_PENALTY": "TYPE_FP32",
                  "NUM_HYPOTHESES": "TYPE_INT32"}
 
