@@ -112,7 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repository", "-r", default="model_repository", help="Triton model repository to write")
     p.add_argument("--name", default="translate", help="name of the ensemble model")
     p.add_argument("--target", choices=["cpu", "gpu"], default="cpu")
-    p.add_argument("--fp16", action="store_true", help="TensorRT plans in fp16 (--target gpu; LayerNorm/softmax stay fp32)")
+    p.add_argument("--precision", choices=["fp32", "int8", "fp16"], default="fp32",
+                   help="int8: CPU graphs with int8 weights, written only if they pass the quality gate; "
+                        "fp16: TensorRT plans in fp16 (--target gpu), gated at container start (default fp32)")
+    p.add_argument("--fp16", action="store_const", dest="precision", const="fp16", help="same as --precision fp16")
     p.add_argument("--max-batch", type=int, default=64, help="max sentences per decoding batch")
     p.add_argument("--max-source-len", type=int, default=None, help="max source tokens (default: min(256, model positions))")
     p.add_argument("--max-target-len", type=int, default=None, help="max generated tokens (default: min(256, model positions - 1))")
@@ -120,6 +123,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step-backend", default="", metavar="{inprocess,tensorrt,onnxruntime-cuda,bls}",
                    help="how generate runs the graphs (default: inprocess on cpu, tensorrt on gpu; "
                         "onnxruntime-cuda: gpu without TensorRT plans; bls: through the encoder/decoder models)")
+    g = p.add_argument_group("quality gate (--precision int8 / fp16)")
+    g.add_argument("--max-bleu-drop", type=float, default=0.3,
+                   help="refuse a reduced precision that loses more BLEU than this against fp32 (default 0.3)")
+    g.add_argument("--gate-source", type=Path, default=None, metavar="FILE",
+                   help="source sentences to check on, one per line (default: the checkpoint's test.en)")
+    g.add_argument("--gate-reference", type=Path, default=None, metavar="FILE",
+                   help="their reference translations (without: fp32's translations are the references)")
+    g.add_argument("--gate-sentences", type=int, default=500, help="sentences of the gate set used (default 500)")
+    g.add_argument("--int8-keep-fp32", default="", metavar="GROUPS",
+                   help="weights left in fp32, comma-separated: output (vocabulary projection), attention, ffn")
     p.add_argument("--parity-sentences", type=int, default=50, help="sentences in the ONNX-vs-PyTorch parity check")
     p.add_argument("--skip-parity", action="store_true", help="skip the parity check (not recommended)")
     p.add_argument("--graph-models", action="store_true",

@@ -11,10 +11,12 @@ from .pipeline import ExportError, ExportOptions, export
 
 def export_main(args: argparse.Namespace) -> int:
     opts = ExportOptions(
-        repository=Path(args.repository), name=args.name, target=args.target, fp16=args.fp16,
+        repository=Path(args.repository), name=args.name, target=args.target, precision=args.precision,
         max_batch=args.max_batch, max_source_len=args.max_source_len, max_target_len=args.max_target_len,
         beam_size=args.beam_size, parity_sentences=args.parity_sentences, skip_parity=args.skip_parity,
-        step_backend=args.step_backend, graph_models=args.graph_models,
+        step_backend=args.step_backend, graph_models=args.graph_models, max_bleu_drop=args.max_bleu_drop,
+        gate_source=args.gate_source, gate_reference=args.gate_reference, gate_sentences=args.gate_sentences,
+        int8_keep_fp32=tuple(k for k in args.int8_keep_fp32.split(",") if k.strip()),
     )
     try:
         report = export(Path(args.checkpoint), opts)

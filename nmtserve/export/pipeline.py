@@ -20,9 +20,12 @@ from ..decoding.search import SearchOptions
 from ..model.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from ..runtime.onnxruntime import OnnxModel
 from ..runtime.spec import SPEC_FILE, ModelSpec, file_sha256
+from ..server.protocol import parse_search_options
+from . import quality
 from .lint import lint_file
 from .onnx_export import dims_of, export_decoder, export_encoder
 from .parity import ParityReport, check_parity
+from .quantize import parse_keep, quantize_int8
 from .repository import RepositoryOptions, write_repository
 
 log = logging.getLogger(__name__)
@@ -32,12 +35,18 @@ class ExportError(RuntimeError):
     """Export failed; the message names the stage and the reason."""
 
 
+# fp32: the graphs as exported. int8: CPU graphs with int8 weights (ONNX Runtime dynamic
+# quantization), served only if they pass the quality gate. fp16: TensorRT plans built in fp16
+# when the GPU container starts, gated there against the fp32 translations shipped here.
+PRECISIONS = ("fp32", "int8", "fp16")
+
+
 @dataclass(frozen=True)
 class ExportOptions:
     repository: Path
     name: str = "translate"
     target: str = "cpu"
-    fp16: bool = False
+    precision: str = "fp32"  # PRECISIONS
     max_batch: int = 64
     max_source_len: int | None = None  # None: min(256, the model's positions)
     max_target_len: int | None = None  # None: min(256, the model's positions - 1)
@@ -46,6 +55,28 @@ class ExportOptions:
     skip_parity: bool = False
     step_backend: str = ""  # how generate runs the graphs; "": the target's default
     graph_models: bool = False  # also serve encoder/decoder as models (RepositoryOptions)
+    # The quality gate of a reduced precision (nmtserve.export.quality).
+    max_bleu_drop: float = quality.DEFAULT_MAX_BLEU_DROP
+    gate_source: Path | None = None  # None: the checkpoint's test.en (and its test.<tgt> references)
+    gate_reference: Path | None = None
+    gate_sentences: int = quality.DEFAULT_GATE_SENTENCES
+    int8_keep_fp32: tuple[str, ...] = ()  # nmtserve.export.quantize.KEEP_GROUPS left in fp32
+
+    def check(self) -> None:
+        """Option mistakes, found before any slow stage."""
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.precision == "fp16" and self.target != "gpu":
+            raise ValueError("fp16 is built into the TensorRT plans of --target gpu; on a CPU use --precision int8")
+        if self.precision == "int8" and self.target != "cpu":
+            raise ValueError("int8 graphs are for ONNX Runtime on a CPU (--target cpu); on a GPU use --precision fp16")
+        if self.gate_reference is not None and self.gate_source is None:
+            raise ValueError("--gate-reference needs --gate-source (the source lines it translates)")
+        if not self.max_bleu_drop >= 0:
+            raise ValueError(f"--max-bleu-drop must be >= 0, got {self.max_bleu_drop}")
+        if self.gate_sentences < 1:
+            raise ValueError(f"--gate-sentences must be >= 1, got {self.gate_sentences}")
+        parse_keep(self.int8_keep_fp32)
 
 
 @dataclass
@@ -53,6 +84,7 @@ class ExportReport:
     repository: Path
     seconds: dict[str, float] = field(default_factory=dict)
     parity: ParityReport | None = None
+    quality: dict = field(default_factory=dict)  # what the repository's quality.json holds
     lint: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -61,7 +93,17 @@ class ExportReport:
         lines = [f"exported to {self.repository} ({stages})"]
         if self.parity:
             lines.append(self.parity.summary())
+        if "fp32" in self.quality:
+            q = self.quality["fp32"]
+            bleu = f": BLEU {q['bleu']:.2f}, exact match {100 * q['exact_match']:.1f}%" if "bleu" in q else ""
+            lines.append(f"quality gate set: {q['sentences']} sentences of {q['origin']}{bleu} (fp32)")
+        for name, q in self.quality.items():
+            if name != "fp32":
+                lines.append(quality.QualityReport(**{k: v for k, v in q.items() if k in _REPORT_FIELDS}).summary())
         return "\n".join(lines + self.notes)
+
+
+_REPORT_FIELDS = {f.name for f in dataclasses.fields(quality.QualityReport)}
 
 
 def load_any_checkpoint(path: Path) -> Checkpoint:
@@ -102,6 +144,7 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
         log.info("%s done in %.1f s", name, report.seconds[name])
 
     try:  # option mistakes fail before any slow stage
+        opts.check()
         repo_opts = RepositoryOptions(name=opts.name, max_batch=opts.max_batch,
                                       max_beam=max(8, opts.beam_size), target=opts.target,
                                       step_backend=opts.step_backend, graph_models=opts.graph_models)
@@ -122,6 +165,7 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
         raise ExportError(f"--max-target-len {opts.max_target_len} exceeds the model's {cfg.max_positions} positions")
     if opts.max_source_len > cfg.max_positions:
         raise ExportError(f"--max-source-len {opts.max_source_len} exceeds the model's {cfg.max_positions} positions")
+    gate = _gate_set(ckpt, opts)
     stage("load", t)
 
     with tempfile.TemporaryDirectory(prefix="nmtserve-export-") as tmp_name:
@@ -155,7 +199,7 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
             layers=d.layers, heads=d.heads, d_k=d.d_k, vocab=d.vocab, max_positions=cfg.max_positions,
             pad_id=cfg.pad_id, bos_id=cfg.bos_id, eos_id=cfg.eos_id, unk_id=cfg.unk_id,
             src_vocab=cfg.src_vocab_size, max_source_len=opts.max_source_len, max_target_len=opts.max_target_len, max_batch=opts.max_batch,
-            beam_size=opts.beam_size, tokenizer=files, fp16=opts.fp16, max_beam=repo_opts.max_beam,
+            beam_size=opts.beam_size, tokenizer=files, fp16=opts.precision == "fp16", max_beam=repo_opts.max_beam,
             hashes={"encoder.onnx": file_sha256(encoder), "decoder.onnx": file_sha256(decoder)},
         )
         spec.save(tmp / SPEC_FILE)
@@ -172,9 +216,16 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
             if not report.parity.passed:
                 raise ExportError(report.parity.summary())
 
+        if gate is not None:
+            spec, repo_opts = _quality_gate(gate, ckpt, spec, opts, tmp, artifacts, report, repo_opts, stage)
+
         t = time.monotonic()
         write_repository(opts.repository, d, artifacts, repo_opts)
         stage("write", t)
+    if opts.target == "gpu" and gate is None:
+        report.notes.append(
+            "no quality gate set (the checkpoint has no test.en; --gate-source names one): an fp16 build at "
+            "container start cannot be checked against fp32 and is used unchecked")
     if opts.target == "gpu":
         # Plans are specific to the GPU model and the TensorRT version, so they are not built here.
         report.notes.append(
@@ -182,3 +233,79 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
             "container starts (`docker compose up`, see README: GPU deployment)"
         )
     return report
+
+
+def _gate_set(ckpt: Checkpoint, opts: ExportOptions) -> quality.GateSet | None:
+    """The sentences a reduced precision is checked on: the user's file, or the checkpoint's test set.
+
+    Needed for int8 (checked here) and for the gpu target (fp16 plans are checked at container
+    start against the fp32 translations shipped in the repository)."""
+    if opts.precision != "int8" and opts.target != "gpu":
+        return None
+    try:
+        if opts.gate_source is not None:
+            return quality.read_gate_set(opts.gate_source, opts.gate_reference, opts.gate_sentences)
+        gate = quality.checkpoint_gate_set(ckpt.path, opts.gate_sentences)
+    except quality.GateError as exc:
+        raise ExportError(f"quality gate: {exc}") from exc
+    if gate is None and opts.precision == "int8":
+        raise ExportError(
+            f"quality gate: {ckpt.path} has no held-out test.en / test.<tgt> pair to check int8 against fp32 on; "
+            "give the sentences with --gate-source FILE (and their translations with --gate-reference FILE)")
+    return gate
+
+
+def _quality_gate(gate: quality.GateSet, ckpt: Checkpoint, spec: ModelSpec, opts: ExportOptions, tmp: Path,
+                  artifacts: dict[str, Path], report: ExportReport, repo_opts: RepositoryOptions, stage):
+    """Translate the gate set with the fp32 graphs (shipped for the GPU's fp16 check) and, for int8,
+    quantize, translate again and refuse on a BLEU drop over the limit. Updates ``artifacts``."""
+    t = time.monotonic()
+    options = parse_search_options({}, spec, spec.max_beam)
+    fp32 = OnnxModel(artifacts["encoder.onnx"], artifacts["decoder.onnx"], spec)
+    report.quality["fp32"] = quality.baseline(gate, fp32, ckpt.tokenizer, options, opts.max_batch)
+    del fp32
+    stage("fp32 gate decode", t)
+    if opts.precision == "int8":
+        t = time.monotonic()
+        keep = parse_keep(opts.int8_keep_fp32)
+        (tmp / "int8").mkdir()
+        quantized = {name: quantize_int8(artifacts[name], tmp / "int8" / name, keep) for name in ("encoder.onnx", "decoder.onnx")}
+        stage("quantize", t)
+        t = time.monotonic()
+        int8 = OnnxModel(quantized["encoder.onnx"].path, quantized["decoder.onnx"].path, spec)
+        checked = quality.check(gate, int8, ckpt.tokenizer, options, "int8", opts.max_bleu_drop,
+                                seconds_fp32=report.quality["fp32"]["seconds"], max_sentences=opts.max_batch)
+        del int8
+        stage("int8 gate", t)
+        report.quality["int8"] = {**checked.to_dict(), "kept_fp32": list(keep),
+                                  "weight_matmuls_int8": sum(q.quantized for q in quantized.values())}
+        if not checked.passed:
+            raise ExportError(_gate_failure(checked, keep))
+        for name, q in quantized.items():
+            artifacts[name] = q.path
+        spec = dataclasses.replace(spec, precision="int8", hashes={name: file_sha256(q.path) for name, q in quantized.items()})
+        spec.save(artifacts[SPEC_FILE])
+        repo_opts = dataclasses.replace(repo_opts, precision="int8", quality=checked.summary())
+    elif opts.precision == "fp16":
+        repo_opts = dataclasses.replace(repo_opts, precision="fp16 (TensorRT plans, checked at container start)")
+    gate.save(tmp / quality.GATE_FILE)
+    for name, entry in report.quality.items():
+        quality.write_report(tmp, name, entry)
+    artifacts[quality.GATE_FILE] = tmp / quality.GATE_FILE
+    artifacts[quality.REPORT_FILE] = tmp / quality.REPORT_FILE
+    return spec, repo_opts
+
+
+def _gate_failure(checked: quality.QualityReport, keep: tuple[str, ...]) -> str:
+    lines = [f"{checked.summary()}", f"int8 loses {checked.bleu_drop:.2f} BLEU, more than --max-bleu-drop "
+             f"{checked.max_bleu_drop:g}: the repository was not written. Worst sentences:"]
+    for w in checked.worst[:3]:
+        lines += [f"  [{w['index']}] source: {w['source']}", f"      fp32: {w['fp32']}", f"      int8: {w['int8']}"]
+    more = [g for g in ("output", "attention", "ffn") if g not in keep]
+    tries = []
+    if more:
+        tries.append(f"keep the most sensitive weights in fp32 (--int8-keep-fp32 {','.join([*keep, more[0]])})")
+    tries += ["export fp32 (--precision fp32)",
+              f"or accept the loss explicitly (--max-bleu-drop {max(checked.bleu_drop, 0) + 0.1:.1f})"]
+    lines.append("What to try: " + "; ".join(tries) + ".")
+    return "\n".join(lines)

@@ -28,9 +28,12 @@ from pathlib import Path
 
 from .. import graphs
 from ..server.protocol import OPTION_INPUTS, STEP_BACKENDS
+from .quality import GATE_FILE, REPORT_FILE
 
 ARTIFACTS_MODEL = "generate"
 GRAPH_MODELS = ("encoder", "decoder")
+# Artifacts an export writes only sometimes: one left by an earlier export is removed.
+OPTIONAL_ARTIFACTS = (REPORT_FILE, GATE_FILE)
 TARGETS = ("cpu", "gpu")
 DEFAULT_STEP_BACKEND = {"cpu": "inprocess", "gpu": "tensorrt"}
 # generate's plans on the gpu target: the ones Triton's TensorRT backend serves as encoder/decoder.
@@ -56,6 +59,10 @@ class RepositoryOptions:
     # the `bls` step backend needs them). Off by default: each is a process holding a copy of
     # the weights (opus-mt-base: ~700 MB for the two) that the translation path never uses.
     graph_models: bool = False
+    # Shown in the ensemble's config parameters (what `GET /v2/models/<name>/config` returns):
+    # the graphs' precision and the quality gate's one-line verdict (nmtserve.export.quality).
+    precision: str = "fp32"
+    quality: str = ""
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -77,9 +84,13 @@ def _io(kind: str, tensors: list[str]) -> str:
     return f"{kind} [\n" + ",\n".join(tensors) + "\n]\n"
 
 
+def _quoted(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+
+
 def _params(params: dict[str, str]) -> str:
     return "".join(
-        f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in params.items()
+        f'parameters {{ key: "{k}" value: {{ string_value: "{_quoted(v)}" }} }}\n' for k, v in params.items()
     )
 
 
@@ -112,7 +123,7 @@ _FINAL_OUT = [_tensor("TRANSLATION", "TYPE_STRING", [-1]), _tensor("SCORE", "TYP
               _tensor("NBEST_TRANSLATION", "TYPE_STRING", [-1, -1]), _tensor("NBEST_SCORE", "TYPE_FP32", [-1, -1])]
 
 
-def _ensemble(name: str) -> str:
+def _ensemble(name: str, params: dict[str, str]) -> str:
     def step(model: str, inputs: dict[str, str], outputs: dict[str, str]) -> str:
         ins = "".join(f'      input_map {{ key: "{k}" value: "{v}" }}\n' for k, v in inputs.items())
         outs = "".join(f'      output_map {{ key: "{k}" value: "{v}" }}\n' for k, v in outputs.items())
@@ -127,7 +138,8 @@ def _ensemble(name: str) -> str:
     ]
     text = f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 0\n'
     text += _io("input", [_tensor("TEXT", "TYPE_STRING", [-1]), *_OPTION_TENSORS]) + _io("output", _FINAL_OUT)
-    return text + "ensemble_scheduling {\n  step [\n" + ",\n".join(steps) + "\n  ]\n}\n"
+    text += "ensemble_scheduling {\n  step [\n" + ",\n".join(steps) + "\n  ]\n}\n"
+    return text + _params(params)
 
 
 _MODEL_PY = '''"""Triton model `{model}` of nmtserve: the logic lives in nmtserve.server.triton_models.{cls}."""
@@ -163,7 +175,8 @@ def model_configs(dims: graphs.Dims, opts: RepositoryOptions) -> dict[str, tuple
             for name, io in graph_io.items()
         }
     return {
-        opts.name: (_ensemble(opts.name), None),
+        opts.name: (_ensemble(opts.name, {"precision": opts.precision,
+                                          **({"quality": opts.quality} if opts.quality else {})}), None),
         "tokenize": (_python_model("tokenize", [_tensor("TEXT", "TYPE_STRING", [-1])],
                                    [_tensor("SRC_IDS", "TYPE_INT32", [-1, -1]), _tensor("SRC_LEN", "TYPE_INT32", [-1])],
                                    params=art), "TokenizeModel"),
@@ -200,6 +213,9 @@ def write_repository(repository: Path, dims: graphs.Dims, artifacts: dict[str, P
         else:  # a model.py left by an export for the other target would be misleading
             (version / "model.py").unlink(missing_ok=True)
     target = repository / ARTIFACTS_MODEL / "1"
+    for name in OPTIONAL_ARTIFACTS:
+        if name not in artifacts:
+            (target / name).unlink(missing_ok=True)
     for name, src in artifacts.items():
         dst = target / name
         if src.resolve() != dst.resolve():

@@ -32,6 +32,8 @@ class ModelSpec:
     length_penalty: float = 1.0
     max_length_a: float = 2.0
     max_length_b: int = 10
+    # The graphs' precision: "fp32", or "int8" (weights quantized for the CPU by the export).
+    precision: str = "fp32"
     # TensorRT build choices of the export (nmtserve.export.engines reads them at container start).
     fp16: bool = False
     max_beam: int = 8  # widest beam the server accepts; the decoder profile's beam axis covers it
