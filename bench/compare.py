@@ -10,6 +10,9 @@ Rows (engines):
   thread); the repository is exported here (``nmtserve.export.pipeline.export``, parity check
   skipped: outputs are checked below); the server's decode gets ``--threads`` threads in all
   (its ``workers`` x ``intra_op_threads`` parameters: 2 decode loops x 1 thread for 2);
+* ``served-int8``   the same, on a repository exported with ``--precision int8`` (weights of both
+  graphs in int8, ``nmtserve.export.quantize``; the export's quality gate report is in the JSON's
+  size info);
 * ``engine``        the in-process in-flight engine on the same exported graphs, laid out as
   the server lays out ``--threads`` cores (``EnginePool``: 2 decode loops x threads // 2
   ONNX Runtime threads over one ``OnnxModel``, 64 running sentences in all);
@@ -107,7 +110,7 @@ from _common import (  # noqa: E402
 
 log = logging.getLogger("bench.compare")
 
-ROWS = ("served", "engine", "pytorch", "transformers", "ct2", "ct2-int8")
+ROWS = ("served", "served-int8", "engine", "pytorch", "transformers", "ct2", "ct2-int8")
 SCENARIOS = ("bulk", "serving", "latency")
 CT2_ROWS = {"ct2": "float32", "ct2-int8": "int8"}
 SLOW_ROWS = ("pytorch", "transformers")  # no serving scenario; fewer sentences at base size
@@ -224,15 +227,27 @@ def setup_base(tmp: Path, counts: Counts, wanted: set[str]) -> Size:
     return size
 
 
-def export_repository(size: Size, repo: Path, threads: int) -> Path:
+def export_repository(size: Size, repo: Path, threads: int, precision: str = "fp32") -> Path:
     """``nmtserve export`` (Python API), then the served decode's CPU threads set to ``threads`` in
-    all (``served_layout``)."""
+    all (``served_layout``). int8: the export's quality gate runs on the demo's held-out set; the
+    base size (random weights, no references) is gated against its fp32 translations with the
+    gate's limit off (a random model's near-flat distributions make any precision change flip
+    tokens: its drop says nothing about a trained model), and its report is kept in the JSON."""
     from nmtserve.export.pipeline import ExportOptions, export
 
     started = time.perf_counter()
-    export(size.model_dir, ExportOptions(repository=repo, skip_parity=True, max_batch=MAX_SENTENCES,
-                                         max_target_len=size.counts.max_new_tokens or MAX_CAP))
-    size.info["export_s"] = round(time.perf_counter() - started, 1)
+    gate = {}
+    if precision == "int8" and size.name == "base":
+        source = repo.parent / "gate.en"
+        source.write_text("\n".join(size.texts[:200]) + "\n", encoding="utf-8")
+        gate = {"gate_source": source, "max_bleu_drop": 100.0}
+    report = export(size.model_dir, ExportOptions(repository=repo, skip_parity=True, max_batch=MAX_SENTENCES,
+                                                  max_target_len=size.counts.max_new_tokens or MAX_CAP,
+                                                  precision=precision, **gate))
+    suffix = "" if precision == "fp32" else f"_{precision}"
+    size.info[f"export{suffix}_s"] = round(time.perf_counter() - started, 1)
+    if precision != "fp32":
+        size.info[f"quality_gate{suffix}"] = {k: v for k, v in report.quality.get(precision, {}).items() if k != "worst"}
     size.info["served_threads"] = served_layout(repo, threads)
     return repo
 
@@ -253,6 +268,12 @@ def served_layout(repo: Path, threads: int) -> str:
     config = repo / "generate" / "config.pbtxt"
     config.write_text(_param(_param(config.read_text(), "workers", loops), "intra_op_threads", per_loop or 1))
     return f"{loops} decode loop(s) x {per_loop} intra-op thread(s)"
+
+
+def precision_of(repo: Path) -> str:
+    from nmtserve.runtime.spec import SPEC_FILE, ModelSpec
+
+    return ModelSpec.load(artifacts(repo) / SPEC_FILE).precision
 
 
 def artifacts(repo: Path) -> Path:
@@ -283,7 +304,7 @@ class Runner:
 
 
 @contextmanager
-def served_runner(size: Size, repo: Path, log_dir: Path) -> Iterator[Runner]:
+def served_runner(size: Size, repo: Path, log_dir: Path, name: str = "served") -> Iterator[Runner]:
     import tritonclient.grpc as grpcclient
 
     from nmtserve.server.launcher import ServerConfig, TritonServer, free_ports
@@ -291,7 +312,7 @@ def served_runner(size: Size, repo: Path, log_dir: Path) -> Iterator[Runner]:
     http, grpc, metrics = free_ports(3)
     env = {"OMP_WAIT_POLICY": os.environ["OMP_WAIT_POLICY"]} if "OMP_WAIT_POLICY" in os.environ else {}
     server = TritonServer(ServerConfig(model_repository=repo, http_port=http, grpc_port=grpc, metrics_port=metrics,
-                                       log_file=log_dir / f"tritonserver-compare-{size.name}.log", env=env))
+                                       log_file=log_dir / f"tritonserver-compare-{size.name}-{name}.log", env=env))
     started = time.perf_counter()
     server.start()
     local, clients = threading.local(), []
@@ -329,7 +350,7 @@ def served_runner(size: Size, repo: Path, log_dir: Path) -> Iterator[Runner]:
         size.info["served_startup_s"] = round(time.perf_counter() - started, 1)
         size.info["served_log"] = str(server.log_path)
         cpu["last"] = process_group_cpu_seconds(server.pid)
-        yield Runner("served", "tritonserver `translate` over gRPC (tritonclient)",
+        yield Runner(name, f"tritonserver `translate` over gRPC (tritonclient), {precision_of(repo)} graphs",
                      decoder, texts=True,
                      other_load=lambda: OtherLoad(lambda: own_cpu_seconds() + process_group_cpu_seconds(server.pid),
                                                   lambda: process_group_pids(server.pid)),
@@ -516,21 +537,25 @@ def run_row(results: Results, size: Size, make_runner: Callable, row: str, beams
 def bench_size(size: Size, tmp: Path, args, results: Results) -> None:
     """References first, CT2 before, served, engine, CT2 after (the fairness rule)."""
     wanted, beams = args.rows, args.beams
-    repo = None
+    repo = repo_int8 = None
     if {"served", "engine"} & set(wanted):
         repo = export_repository(size, tmp / "repository", args.threads)
+    if "served-int8" in wanted:
+        repo_int8 = export_repository(size, tmp / "repository-int8", args.threads, precision="int8")
     log_dir = RESULTS / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     runners: dict[str, Callable] = {
         "pytorch": lambda: pytorch_runner(size),
         "transformers": lambda: transformers_runner(size),
         "served": lambda: served_runner(size, repo, log_dir),
+        "served-int8": lambda: served_runner(size, repo_int8, log_dir, name="served-int8"),
         "engine": lambda: engine_runner(size, repo, args.threads),
         **{name: (lambda name=name: ct2_runner(size, name, args.threads)) for name in CT2_ROWS},
     }
     ct2 = [r for r in CT2_ROWS if r in wanted]
     plan = ([(r, "only") for r in SLOW_ROWS if r in wanted] + [(r, "before") for r in ct2]
-            + [(r, "only") for r in ("served", "engine") if r in wanted] + [(r, "after") for r in ct2])
+            + [(r, "only") for r in ("served", "served-int8", "engine") if r in wanted]
+            + [(r, "after") for r in ct2])
     for row, pass_name in plan:
         if row in size.not_applicable:
             log.info("[%s] %s: %s", size.name, row, size.not_applicable[row])
@@ -598,7 +623,7 @@ def token_counts(size: Size, results: Results, index: int) -> tuple[list[int], s
     beam = results.entries[index]["beam"]
     known: dict[tuple[int, str], int] = {}
     for e, outs in zip(results.entries, results.outputs, strict=True):
-        if e["size"] == size.name and e["beam"] == beam and e["row"] != "served":
+        if e["size"] == size.name and e["beam"] == beam and not any(isinstance(o, str) for o in outs):
             for i, o in enumerate(outs):
                 known.setdefault((i, size.text(o)), len(o))
     counts = [known.get((i, o)) for i, o in enumerate(outputs)]
@@ -847,6 +872,12 @@ def main(argv: list[str] | None = None) -> int:
         details = s.get("info", {})
         print(f"* {size_name}: {details.get('model', '?')}; max length {details.get('max_length', '?')}; "
               f"export {details.get('export_s', '-')} s, server start {details.get('served_startup_s', '-')} s")
+        gate = details.get("quality_gate_int8")
+        if gate:
+            print(f"  - int8 export {details.get('export_int8_s', '-')} s; quality gate ({gate['sentences']} sentences "
+                  f"against {gate['references']}): BLEU {gate['bleu_fp32']} -> {gate['bleu']}, drop {gate['bleu_drop']} "
+                  f"(limit {gate['max_bleu_drop']}), {100 * gate['identical']:.1f}% identical to fp32, token "
+                  f"agreement {100 * gate['token_agreement']:.1f}%")
         for row, why in [*s.get("not_applicable", {}).items(), *s.get("not_measured", {}).items()]:
             print(f"  - {row}: {why}")
     print()
