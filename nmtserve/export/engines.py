@@ -11,11 +11,20 @@ A plan only runs on the GPU model and the TensorRT version that built it, so the
 folder per GPU and TensorRT version (a volume that moves between machines keeps what it built),
 and inside it ``build_engine`` rebuilds a plan whose ONNX, TensorRT, GPU or build options changed
 (its JSON sidecar) and keeps a current one. Torch-free: the GPU image has no torch.
+
+fp16 plans pass a quality gate before Triton serves them (``nmtserve.export.quality``): they
+translate the held-out sentences the export shipped (``quality_gate.json``) and are compared with
+the fp32 translations shipped beside them. Over the BLEU-drop limit (the export's
+``--max-bleu-drop`` unless ``--max-bleu-drop`` here says otherwise), ``--fp16-gate fallback``
+(default) logs why and builds fp32 plans instead; ``refuse`` stops the start; ``off`` skips the
+check. The verdict is kept in the cache folder per pair of ONNX graphs, so a restart reuses it
+(``--force`` checks again), and the report lands in the repository's ``quality.json`` as ``fp16``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fcntl
 import json
 import logging
@@ -31,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import graphs
+from . import quality
 from .tensorrt import (
     BuildOptions,
     TensorRTUnavailable,
@@ -45,7 +55,9 @@ log = logging.getLogger(__name__)
 ARTIFACTS = Path("generate") / "1"  # where the export keeps the graphs and model.json
 SPEC_FILE = "model.json"
 PLAN_FILE = "model.plan"  # Triton's default file name for a tensorrt_plan model
-PRECISIONS = ("export", "fp16", "fp32")  # "export": what `nmtserve export [--fp16]` chose
+PRECISIONS = ("export", "fp16", "fp32")  # "export": what `nmtserve export [--precision fp16]` chose
+FP16_GATE_MODES = ("fallback", "refuse", "off")
+GATE_VERDICT = "fp16-gate.json"  # in the cache folder: the last verdict per pair of ONNX graphs
 
 # The Triton model of each graph and the inputs its optimization profile covers.
 GRAPH_INPUTS: dict[str, Callable[[graphs.Dims], list[graphs.Tensor]]] = {
@@ -185,9 +197,58 @@ def _heartbeat(what: str, every: float = 30.0) -> Iterator[None]:
         thread.join()
 
 
+def load_runtime(encoder_plan: Path, decoder_plan: Path, artifacts: Path):
+    """The plans as the serving engine runs them (the fp16 gate decodes with it); GPU 0."""
+    from ..runtime.spec import ModelSpec  # noqa: PLC0415 - only when a gate runs
+    from ..runtime.tensorrt import TensorRTModel  # noqa: PLC0415
+
+    return TensorRTModel(encoder_plan, decoder_plan, ModelSpec.load(artifacts / SPEC_FILE))
+
+
+def gate_fp16(repository: Path, placed: list[PlacedPlan], max_bleu_drop: float | None) -> quality.QualityReport | None:
+    """Translate the shipped gate set with the placed fp16 plans and compare with fp32; None
+    where the export shipped no gate set (then the plans are served unchecked, said in the log)."""
+    from ..server.protocol import load_tokenizer, parse_search_options  # noqa: PLC0415
+
+    artifacts = repository / ARTIFACTS
+    gate_file = artifacts / quality.GATE_FILE
+    if not gate_file.is_file():
+        log.warning("fp16 plans are served unchecked: %s is missing (the export had no held-out sentences; "
+                    "re-export with --gate-source FILE)", gate_file)
+        return None
+    gate = quality.GateSet.load(gate_file)
+    plans = {p.model: p.placed for p in placed}
+    runtime = load_runtime(plans["encoder"], plans["decoder"], artifacts)
+    tokenizer = load_tokenizer(artifacts, runtime.spec)
+    options = parse_search_options({}, runtime.spec, runtime.spec.max_beam)
+    limit = gate.max_bleu_drop if max_bleu_drop is None else max_bleu_drop
+    log.info("fp16 quality gate: translating %d held-out sentences with the fp16 plans", len(gate.sources))
+    report = quality.check(gate, runtime, tokenizer, options, "fp16", limit)
+    quality.write_report(artifacts, "fp16", report.to_dict())
+    return report
+
+
+def _verdict_key(spec: dict) -> str:
+    hashes = spec.get("hashes", {})
+    return f"{hashes.get('encoder.onnx', '?')}:{hashes.get('decoder.onnx', '?')}"
+
+
+def _cached_verdict(folder: Path, spec: dict) -> dict | None:
+    path = folder / GATE_VERDICT
+    try:
+        verdict = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return verdict if verdict.get("graphs") == _verdict_key(spec) else None
+
+
 def prepare_plans(repository: Path, cache: Path, *, environment: str, precision: str = "export",
-                  workspace_mb: int | None = None, force: bool = False) -> list[PlacedPlan]:
-    """Build (or reuse) every plan ``repository`` asks for, in ``cache/<environment>``, and place it."""
+                  workspace_mb: int | None = None, force: bool = False, fp16_gate: str = "fallback",
+                  max_bleu_drop: float | None = None) -> list[PlacedPlan]:
+    """Build (or reuse) every plan ``repository`` asks for, in ``cache/<environment>``, and place
+    it; fp16 plans are placed only if they pass the quality gate (``fp16_gate``, module docstring)."""
+    if fp16_gate not in FP16_GATE_MODES:
+        raise EngineSetupError(f"fp16 gate must be one of {', '.join(FP16_GATE_MODES)}, got {fp16_gate!r}")
     repository, cache = Path(repository), Path(cache)
     if not repository.is_dir():
         raise EngineSetupError(f"model repository {repository} does not exist (is ./model_repository mounted?)")
@@ -198,30 +259,59 @@ def prepare_plans(repository: Path, cache: Path, *, environment: str, precision:
                  repository)
         return []
     opts = build_options(spec, precision, workspace_mb)
-    dims = spec_dims(spec)
     folder = cache / environment
+    with _locked(folder):
+        verdict = _cached_verdict(folder, spec) if opts.fp16 and fp16_gate != "off" and not force else None
+        if verdict is not None and not verdict["passed"]:
+            if fp16_gate == "refuse":
+                raise EngineSetupError(f"fp16 plans failed the quality gate earlier: {verdict['summary']}")
+            log.error("fp16 plans failed the quality gate earlier (%s): using fp32 plans "
+                      "(NMTSERVE_TRT_REBUILD=1 checks again)", verdict["summary"])
+            return _build_and_place(repository, folder, models, spec, dataclasses.replace(opts, fp16=False), force)
+        placed = _build_and_place(repository, folder, models, spec, opts, force)
+        if not opts.fp16 or fp16_gate == "off":
+            return placed
+        if verdict is not None and not any(p.built for p in placed):
+            log.info("fp16 plans passed the quality gate earlier: %s", verdict["summary"])
+            return placed
+        report = gate_fp16(repository, placed, max_bleu_drop)
+        if report is None:
+            return placed
+        (folder / GATE_VERDICT).write_text(json.dumps({"graphs": _verdict_key(spec), "passed": report.passed,
+                                                       "summary": report.summary()}) + "\n", encoding="utf-8")
+        if report.passed:
+            return placed
+        if fp16_gate == "refuse":
+            raise EngineSetupError(f"{report.summary()}. The fp16 plans are not served (--fp16-gate refuse): "
+                                   "start with NMTSERVE_TRT_PRECISION=fp32, or NMTSERVE_FP16_GATE=fallback")
+        log.error("%s: falling back to fp32 plans", report.summary())
+        return _build_and_place(repository, folder, models, spec, dataclasses.replace(opts, fp16=False), force)
+
+
+def _build_and_place(repository: Path, folder: Path, models: list[str], spec: dict, opts: BuildOptions,
+                     force: bool) -> list[PlacedPlan]:
+    dims = spec_dims(spec)
     log.info("TensorRT plans for %s in %s (%s, max batch %d, beam %d, source %d, target %d tokens)",
              ", ".join(models), folder, "fp16" if opts.fp16 else "fp32", opts.max_batch, opts.max_beam,
              opts.max_source_len, opts.max_target_len)
     placed = []
-    with _locked(folder):
-        for model in models:
-            onnx_path = repository / ARTIFACTS / f"{model}.onnx"
-            if not onnx_path.is_file():
-                raise EngineSetupError(f"{onnx_path} is missing; re-export the model with --target gpu")
-            cached = folder / f"{model}.plan"
-            before = cached.stat().st_mtime_ns if cached.is_file() else None
-            with _heartbeat(f"{model} plan"):
-                build_engine(onnx_path, cached, GRAPH_INPUTS[model](dims), opts,
-                             timing_cache=folder / "timing.cache", force=force)
-            if not cached.is_file():
-                raise EngineSetupError(f"building the {model} plan left no file at {cached}")
-            built = before is None or cached.stat().st_mtime_ns != before
-            destination = repository / model / "1" / PLAN_FILE
-            copied = place_plan(cached, destination)
-            log.info("%s: %s plan %s -> %s", model, "built" if built else "reused", cached,
-                     destination if copied else f"{destination} (already in place)")
-            placed.append(PlacedPlan(model, cached, destination, built, copied))
+    for model in models:
+        onnx_path = repository / ARTIFACTS / f"{model}.onnx"
+        if not onnx_path.is_file():
+            raise EngineSetupError(f"{onnx_path} is missing; re-export the model with --target gpu")
+        cached = folder / f"{model}.plan"
+        before = cached.stat().st_mtime_ns if cached.is_file() else None
+        with _heartbeat(f"{model} plan"):
+            build_engine(onnx_path, cached, GRAPH_INPUTS[model](dims), opts,
+                         timing_cache=folder / "timing.cache", force=force)
+        if not cached.is_file():
+            raise EngineSetupError(f"building the {model} plan left no file at {cached}")
+        built = before is None or cached.stat().st_mtime_ns != before
+        destination = repository / model / "1" / PLAN_FILE
+        copied = place_plan(cached, destination)
+        log.info("%s: %s plan %s -> %s", model, "built" if built else "reused", cached,
+                 destination if copied else f"{destination} (already in place)")
+        placed.append(PlacedPlan(model, cached, destination, built, copied))
     return placed
 
 
@@ -233,9 +323,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repository", type=Path, required=True, help="the Triton model repository (/models)")
     parser.add_argument("--cache", type=Path, required=True, help="persistent folder for plans and timing caches")
     parser.add_argument("--precision", choices=PRECISIONS, default="export",
-                        help="export: fp16 if the model was exported with --fp16 (default); fp16 / fp32: override")
+                        help="export: fp16 if the model was exported with --precision fp16 (default); fp16 / fp32: override")
     parser.add_argument("--workspace-mb", type=int, default=None, help="TensorRT builder workspace limit")
-    parser.add_argument("--force", action="store_true", help="rebuild even when the cached plans are current")
+    parser.add_argument("--force", action="store_true",
+                        help="rebuild even when the cached plans are current (and re-run the fp16 quality gate)")
+    parser.add_argument("--fp16-gate", choices=FP16_GATE_MODES, default="fallback",
+                        help="fp16 plans that lose more BLEU than allowed: fallback to fp32 plans (default), "
+                             "refuse to start, or off (no check)")
+    parser.add_argument("--max-bleu-drop", type=float, default=None,
+                        help="the fp16 gate's limit (default: the export's --max-bleu-drop)")
     args = parser.parse_args(argv)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -243,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         plans = prepare_plans(args.repository, args.cache, environment=environment_key(), precision=args.precision,
-                              workspace_mb=args.workspace_mb, force=args.force)
+                              workspace_mb=args.workspace_mb, force=args.force, fp16_gate=args.fp16_gate,
+                              max_bleu_drop=args.max_bleu_drop)
     except (EngineSetupError, TensorRTUnavailable) as exc:
         log.error("%s", exc)
         return 1

@@ -288,6 +288,7 @@ def _quality_gate(gate: quality.GateSet, ckpt: Checkpoint, spec: ModelSpec, opts
         repo_opts = dataclasses.replace(repo_opts, precision="int8", quality=checked.summary())
     elif opts.precision == "fp16":
         repo_opts = dataclasses.replace(repo_opts, precision="fp16 (TensorRT plans, checked at container start)")
+    gate.max_bleu_drop = opts.max_bleu_drop
     gate.save(tmp / quality.GATE_FILE)
     for name, entry in report.quality.items():
         quality.write_report(tmp, name, entry)

@@ -43,6 +43,7 @@ class GateSet:
     sources: list[str]
     references: list[str] | None
     origin: str  # where the sentences come from, for the report
+    max_bleu_drop: float = DEFAULT_MAX_BLEU_DROP  # the export's limit, which the GPU's fp16 gate applies
     # The fp32 graphs' translations (texts and token ids), filled at export and shipped.
     fp32: list[str] | None = None
     fp32_tokens: list[list[int]] | None = None
@@ -90,14 +91,17 @@ def checkpoint_gate_set(checkpoint: Path, limit: int = DEFAULT_GATE_SENTENCES) -
     return read_gate_set(src, refs[0], limit)
 
 
-def translate(runtime, tokenizer, texts: Sequence[str], options, max_sentences: int = 64) -> tuple[list[list[int]], float]:
-    """Best hypothesis' tokens for every text, decoded by the serving engine on ``runtime``; seconds."""
+def translate(runtime, tokenizer, texts: Sequence[str], options, max_sentences: int | None = None,
+              ) -> tuple[list[list[int]], float]:
+    """Best hypothesis' tokens for every text, decoded by the serving engine on ``runtime`` (at most
+    the export's max batch at once: a TensorRT profile ends there); seconds."""
     from ..server.engine import InflightBatcher  # noqa: PLC0415 - keeps this module light to import
 
     spec = runtime.spec
     sources = [tokenizer.encode(t) for t in texts]
     sources = [s if len(s) <= spec.max_source_len else [*s[: spec.max_source_len - 1], spec.eos_id] for s in sources]
-    engine = InflightBatcher(runtime, max_sentences=max_sentences, max_beam=max(spec.max_beam, options.beam_size)).start()
+    running = min(max_sentences or spec.max_batch, spec.max_batch)
+    engine = InflightBatcher(runtime, max_sentences=running, max_beam=max(spec.max_beam, options.beam_size)).start()
     try:
         started = time.perf_counter()
         results = engine.translate(sources, options)
@@ -165,15 +169,15 @@ def compare(gate: GateSet, hypotheses: Sequence[str], tokens: Sequence[Sequence[
     refs = gate.references if gate.references is not None else gate.fp32
     bleu_fp32 = sacrebleu.corpus_bleu(gate.fp32, [refs]).score
     bleu = sacrebleu.corpus_bleu(list(hypotheses), [refs]).score
-    worst = []
+    worst: list[tuple[float, dict]] = []
     for i, (hyp, base) in enumerate(zip(hypotheses, gate.fp32, strict=True)):
         if hyp == base:
             continue
         loss = sacrebleu.sentence_bleu(base, [refs[i]]).score - sacrebleu.sentence_bleu(hyp, [refs[i]]).score
-        worst.append({"index": i, "source": gate.sources[i], "fp32": base, precision: hyp,
-                      **({"reference": refs[i]} if gate.references is not None else {}),
-                      "sentence_bleu_loss": round(loss, 2)})
-    worst.sort(key=lambda w: -w["sentence_bleu_loss"])
+        worst.append((-loss, {"index": i, "source": gate.sources[i], "fp32": base, precision: hyp,
+                              **({"reference": refs[i]} if gate.references is not None else {}),
+                              "sentence_bleu_loss": round(loss, 2)}))
+    worst.sort(key=lambda w: w[0])
     em = (lambda outs: sum(o == r for o, r in zip(outs, refs, strict=True)) / len(refs)) if gate.references else None
     return QualityReport(
         precision=precision, sentences=len(gate.sources), origin=gate.origin,
@@ -183,11 +187,11 @@ def compare(gate: GateSet, hypotheses: Sequence[str], tokens: Sequence[Sequence[
         exact_match_fp32=em(gate.fp32) if em else None, exact_match=em(hypotheses) if em else None,
         identical=sum(h == b for h, b in zip(hypotheses, gate.fp32, strict=True)) / len(hypotheses),
         token_agreement=_agreement(tokens, gate.fp32_tokens), seconds=seconds, seconds_fp32=seconds_fp32,
-        worst=worst[:WORST],
+        worst=[w for _, w in worst[:WORST]],
     )
 
 
-def baseline(gate: GateSet, runtime, tokenizer, options, max_sentences: int = 64) -> dict:
+def baseline(gate: GateSet, runtime, tokenizer, options, max_sentences: int | None = None) -> dict:
     """Translate the gate set with the fp32 graphs (filling ``gate.fp32``); the fp32 report entry."""
     import sacrebleu  # noqa: PLC0415
 
@@ -202,7 +206,7 @@ def baseline(gate: GateSet, runtime, tokenizer, options, max_sentences: int = 64
 
 
 def check(gate: GateSet, runtime, tokenizer, options, precision: str, max_bleu_drop: float,
-          seconds_fp32: float | None = None, max_sentences: int = 64) -> QualityReport:
+          seconds_fp32: float | None = None, max_sentences: int | None = None) -> QualityReport:
     """Translate the gate set with the reduced-precision ``runtime`` and compare with fp32."""
     tokens, seconds = translate(runtime, tokenizer, gate.sources, options, max_sentences)
     hyps = [tokenizer.decode(t) for t in tokens]
