@@ -203,3 +203,19 @@ def test_int8_without_sentences_to_check_on_is_refused(tmp_path, capsys):
     code = main(["export", str(ckpt), "--repository", str(tmp_path / "repo"), "--precision", "int8", "--skip-parity"])
     assert code == 1
     assert "no held-out test.en / test.<tgt> pair" in capsys.readouterr().err
+
+
+def test_int8_of_a_trained_marian_model_passes_the_gate(demo_checkpoint, tmp_path):
+    """The Marian test model: the demo written as a Hugging Face Marian directory (save_as_marian),
+    exported through the Marian importer in int8, gated on the demo's held-out pairs."""
+    from nmtserve.cli import main
+    from nmtserve.model.marian_export import save_as_marian
+
+    marian = save_as_marian(demo_checkpoint, tmp_path / "marian")
+    repo = tmp_path / "model_repository"
+    code = main(["export", str(marian), "--repository", str(repo), "--precision", "int8", "--skip-parity",
+                 "--gate-source", str(DEMO / "test.en"), "--gate-reference", str(DEMO / "test.fr"),
+                 "--gate-sentences", "200", "--max-source-len", "128", "--max-target-len", "128"])
+    assert code == 0
+    report = json.loads((repo / "generate" / "1" / quality.REPORT_FILE).read_text())
+    assert report["fp32"]["bleu"] > 90 and report["int8"]["passed"] and report["int8"]["bleu_drop"] <= 0.3
