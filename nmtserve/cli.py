@@ -64,6 +64,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return serve_main(args)
 
 
+class _DefaultsFormatter(argparse.HelpFormatter):
+    """Every option's default in its help line, unless the help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        hidden = default is None or default is False or default == argparse.SUPPRESS
+        if "default" in text or hidden or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)" if text else "default: %(default)s"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nmtserve",
@@ -72,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    add_parser = sub.add_parser
+    sub.add_parser = lambda *a, **kw: add_parser(*a, formatter_class=_DefaultsFormatter, **kw)  # type: ignore[method-assign]
 
     p = sub.add_parser("train", help="train the demo model on a generated English->French corpus (CPU)")
     p.add_argument("--output", "-o", default="models/en-fr-numbers", help="checkpoint directory to write")
@@ -103,6 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=4, help="requests in flight")
     p.add_argument("--timeout", type=float, default=60.0, help="per-request timeout, seconds")
     p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+    p.add_argument("--on-error", choices=["empty", "skip", "fail"], default="empty",
+                   help="a line the server rejects (too long, invalid UTF-8, ...): its error goes to stderr "
+                        "naming FILE:LINE and the other lines are translated; empty: an empty output line "
+                        "keeps the lines aligned (default); skip: no output line; fail: stop there. "
+                        "Exit status 2 when any line was rejected")
     _add_search_options(p)
     p.set_defaults(func=_cmd_translate)
 
@@ -111,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("checkpoint", help="nmtserve checkpoint or Hugging Face Marian directory")
     p.add_argument("--repository", "-r", default="model_repository", help="Triton model repository to write")
     p.add_argument("--name", default="translate", help="name of the ensemble model")
-    p.add_argument("--target", choices=["cpu", "gpu"], default="cpu")
+    p.add_argument("--target", choices=["cpu", "gpu"], default="cpu",
+                   help="cpu: ONNX Runtime; gpu: TensorRT plans built when the GPU container starts")
     p.add_argument("--precision", choices=["fp32", "int8", "fp16"], default="fp32",
                    help="int8: CPU graphs with int8 weights, written only if they pass the quality gate; "
                         "fp16: TensorRT plans in fp16 (--target gpu), gated at container start (default fp32)")
@@ -139,13 +159,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also serve the encoder/decoder graphs as Triton models `encoder`/`decoder` for custom "
                         "decode loops (CPU target; a process and a copy of the weights each)")
 
-    p = sub.add_parser("serve", help="start the embedded CPU tritonserver on a model repository")
-    p.add_argument("--model-repository", default="model_repository")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (loopback by default)")
-    p.add_argument("--http-port", type=int, default=8000)
-    p.add_argument("--grpc-port", type=int, default=8001)
-    p.add_argument("--metrics-port", type=int, default=8002)
-    p.add_argument("--log-verbose", type=int, default=0)
+    p = sub.add_parser(
+        "serve", help="start the embedded CPU tritonserver on a model repository",
+        description="Runs the real tritonserver shipped in the nvidia-pytriton wheel on a repository written by "
+                    "`nmtserve export` (ONNX Runtime on the CPU) until Ctrl+C or SIGTERM. Bound to loopback "
+                    "unless --host says otherwise; beyond loopback the model-repository, shared-memory, trace "
+                    "and logging APIs need the header nmtserve-admin-key: $NMTSERVE_ADMIN_KEY.",
+    )
+    p.add_argument("--model-repository", default="model_repository", help="the Triton model repository")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0: every interface)")
+    p.add_argument("--http-port", type=int, default=8000, help="HTTP/REST (KServe v2) port")
+    p.add_argument("--grpc-port", type=int, default=8001, help="gRPC port")
+    p.add_argument("--metrics-port", type=int, default=8002, help="Prometheus metrics port")
+    p.add_argument("--log-verbose", type=int, default=0, help="tritonserver's log verbosity")
     p.set_defaults(func=_cmd_serve)
     return parser
 

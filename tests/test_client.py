@@ -54,7 +54,7 @@ from nmtserve.server.launcher import (
 
 FAKE_REPOSITORY = Path(__file__).parent / "fixtures" / "fake_translate_repository"
 PROTOCOLS = ["grpc", "http"]
-BLANK = Translation("", None)
+BLANK = Translation("", 0.0)
 
 
 def expected(text: str) -> str:
@@ -372,7 +372,7 @@ def test_order_and_count_survive_batching(server: TritonServer, concurrency: int
     assert len(results) == len(lines)
     assert [r.text for r in results] == [expected(line) for line in lines]
     assert [r.score for r in results] == [
-        -float(len(line.split())) if line.strip() else None for line in lines
+        -float(len(line.split())) if line.strip() else 0.0 for line in lines
     ]
 
 
@@ -407,7 +407,7 @@ def test_nbest_has_k_hypotheses_best_first(translator: Translator) -> None:
         Hypothesis("c b a (2)", -5.0),
     ]
     assert results[0].text == "c b a"
-    assert results[1] == Translation("", None, [])
+    assert results[1] == Translation("", 0.0, [])
     assert [len(r.hypotheses or []) for r in results] == [3, 0, 3]
 
 
@@ -607,7 +607,7 @@ def test_cli_json_lines_have_scores_and_nbest(
             {"translation": "Köln aus Grüße (1)", "score": -4.0},
         ],
     }
-    assert records[1] == {"source": "", "translation": "", "score": None, "nbest": []}
+    assert records[1] == {"source": "", "translation": "", "score": 0.0, "nbest": []}
     assert records[2]["translation"] == "a b"
 
 
@@ -616,12 +616,122 @@ def test_cli_invalid_input_exits_2_naming_the_line(
     server: TritonServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     code, out, err = run_cli(
-        ["translate", "--url", server.urls.grpc_address], "ok\n\nnot INVALID ok\n", monkeypatch
+        ["translate", "--url", server.urls.grpc_address, "--on-error", "fail"],
+        "ok\n\nnot INVALID ok\nlast\n",
+        monkeypatch,
     )
 
     assert code == 2
+    assert out == "ok\n\n"  # every line before the rejected one
     assert err.count("\n") == 1
-    assert err.startswith("nmtserve translate: error: <stdin>:3: TEXT[")
+    assert err.startswith("nmtserve translate: error: <stdin>:3: the line contains the word INVALID")
+
+
+def _bad_lines_input() -> tuple[list[str], set[int]]:
+    """200 lines, 7 of them rejected by the fake model, two of those in one request."""
+    lines = mixed_lines(200)
+    bad = {0, 5, 6, 64, 120, 121, 199}
+    for i in bad:
+        lines[i] = f"bad {i} INVALID"
+    return lines, bad
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("on_error", ["empty", "skip"])
+def test_cli_rejected_lines_are_reported_and_every_other_line_is_written_in_order(
+    server: TritonServer, monkeypatch: pytest.MonkeyPatch, on_error: str
+) -> None:
+    lines, bad = _bad_lines_input()
+    argv = ["translate", "--url", server.urls.grpc_address, "--batch-size", "8"]
+    code, out, err = run_cli([*argv, "--on-error", on_error], "\n".join(lines) + "\n", monkeypatch)
+
+    assert code == 2
+    want = [
+        "" if i in bad else expected(line)
+        for i, line in enumerate(lines)
+        if not (on_error == "skip" and i in bad)
+    ]
+    assert out.split("\n")[:-1] == want
+    reported = err.splitlines()
+    assert reported[:-1] == [
+        f"nmtserve translate: error: <stdin>:{i + 1}: the line contains the word INVALID (the test model rejects it)"
+        for i in sorted(bad)
+    ]
+    assert reported[-1] == "nmtserve translate: error: 7 of 200 lines rejected (see above)"
+
+
+@pytest.mark.server
+def test_cli_json_records_a_rejected_line_with_its_error(
+    server: TritonServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, _ = run_cli(
+        ["translate", "--url", server.urls.grpc_address, "--json"], "a b\nx INVALID\n", monkeypatch
+    )
+
+    assert code == 2
+    records = [json.loads(line) for line in out.splitlines()]
+    assert records[0]["translation"] == "b a"
+    assert records[1]["translation"] == "" and records[1]["score"] is None
+    assert "contains the word INVALID" in records[1]["error"]
+
+
+@pytest.mark.server
+def test_cli_nbest_in_plain_output_is_tab_separated(
+    server: TritonServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, err = run_cli(
+        ["translate", "--url", server.urls.grpc_address, "--nbest", "3"], "a b\n\nc\n", monkeypatch
+    )
+
+    assert (code, err) == (0, "")
+    assert out.split("\n")[:-1] == ["b a\tb a (1)\tb a (2)", "", "c\tc (1)\tc (2)"]
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_library_on_error_return_marks_each_rejected_sentence(
+    server: TritonServer, protocol: str
+) -> None:
+    lines, bad = _bad_lines_input()
+    with Translator(address(server, protocol), protocol, batch_size=8, concurrency=3) as tr:
+        results = tr.translate(lines, on_error="return")
+    assert len(results) == len(lines)
+    for i, (line, r) in enumerate(zip(lines, results, strict=True)):
+        if i in bad:
+            assert not r.ok and r.text == "" and r.score is None
+            assert isinstance(r.error, InvalidInputError) and r.error.index == i
+        else:
+            assert r.ok and r.text == expected(line)
+
+    async def run() -> list[Translation]:
+        async with AsyncTranslator(address(server, protocol), protocol, batch_size=8) as tr:
+            return await tr.translate(lines, on_error="return")
+
+    def summary(rs: list[Translation]) -> list[tuple]:
+        return [(r.text, r.score, r.error and (r.error.index, r.error.message)) for r in rs]
+
+    assert summary(asyncio.run(run())) == summary(results)
+
+
+def test_a_rejection_naming_no_sentence_is_halved_until_the_culprit_is_alone() -> None:
+    from nmtserve.client._batching import Chunk, isolate_rejected
+
+    chunk = Chunk((10, 11, 12, 13), (b"a", b"b", b"c", b"d"))
+    failed = Translation("", None)
+
+    def send(part: Chunk) -> list[Translation]:  # the server rejects any request holding 12
+        try:
+            if 12 in part.indices:
+                raise InvalidInputError("request too large", index=None)
+            return [Translation(t.decode(), -1.0) for t in part.texts]
+        except InvalidInputError as exc:
+            parts, merge = isolate_rejected(part, exc, failed)
+            return merge([send(p) for p in parts])
+
+    results = send(chunk)
+    assert [r.text for r in results] == ["a", "b", "", "d"]
+    assert results[2].error is not None and results[2].error.index == 12
+    assert all(r.ok for i, r in enumerate(results) if i != 2)
 
 
 def test_cli_exits_3_when_nothing_listens(monkeypatch: pytest.MonkeyPatch) -> None:

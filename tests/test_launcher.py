@@ -332,3 +332,36 @@ def test_serve_forever_fails_when_the_server_dies(
     finally:
         process.kill()
         process.wait()
+
+
+def test_beyond_loopback_the_admin_apis_need_the_admin_key(
+    install: TritonInstall, cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bound to every interface, the model-repository (and shared-memory, trace, logging) APIs
+    answer only requests carrying the admin header; inference and health stay open."""
+    import dataclasses
+    import urllib.error
+    import urllib.request
+
+    from nmtserve.server.launcher import ADMIN_HEADER, restricted_api_args
+
+    assert restricted_api_args("127.0.0.1") == []
+    monkeypatch.setenv("NMTSERVE_ADMIN_KEY", "s3cret")
+    config = dataclasses.replace(make_config(ECHO_REPOSITORY, cache_dir, tmp_path), host="0.0.0.0")
+    with TritonServer(config, install) as server:
+        server.wait_until_ready(60)
+        base = f"http://127.0.0.1:{config.http_port}"
+
+        def index(headers: dict[str, str]) -> int:
+            request = urllib.request.Request(f"{base}/v2/repository/index", data=b"{}", headers=headers)
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    return response.status
+            except urllib.error.HTTPError as exc:
+                return exc.code
+
+        assert index({}) == 403
+        assert index({ADMIN_HEADER: "wrong"}) == 403
+        assert index({ADMIN_HEADER: "s3cret"}) == 200
+        with urllib.request.urlopen(f"{base}/v2/health/ready", timeout=10) as response:
+            assert response.status == 200

@@ -9,11 +9,12 @@ from typing import overload
 
 from . import _constants as C
 from ._base import BaseTranslator
-from ._batching import Chunk, Job
+from ._batching import Chunk, Job, failed_translation, isolate_rejected
 from ._protocol import Options, decode_response, encode_request
 from ._results import Translation
 from ._retry import Deadline
 from ._transports import ASYNC_TRANSPORTS
+from .errors import InvalidInputError
 
 
 class AsyncTranslator(BaseTranslator):
@@ -40,6 +41,7 @@ class AsyncTranslator(BaseTranslator):
         max_length: int | None = ...,
         length_penalty: float | None = ...,
         num_hypotheses: int = ...,
+        on_error: str = ...,
     ) -> Translation: ...
 
     @overload
@@ -51,6 +53,7 @@ class AsyncTranslator(BaseTranslator):
         max_length: int | None = ...,
         length_penalty: float | None = ...,
         num_hypotheses: int = ...,
+        on_error: str = ...,
     ) -> list[Translation]: ...
 
     async def translate(
@@ -61,6 +64,7 @@ class AsyncTranslator(BaseTranslator):
         max_length: int | None = None,
         length_penalty: float | None = None,
         num_hypotheses: int = 1,
+        on_error: str = "raise",
     ) -> Translation | list[Translation]:
         """See Translator.translate."""
         stream = self.translate_iter(
@@ -69,6 +73,7 @@ class AsyncTranslator(BaseTranslator):
             max_length=max_length,
             length_penalty=length_penalty,
             num_hypotheses=num_hypotheses,
+            on_error=on_error,
         )
         results = [translation async for translation in stream]
         return results[0] if isinstance(texts, str) else results
@@ -81,19 +86,20 @@ class AsyncTranslator(BaseTranslator):
         max_length: int | None = None,
         length_penalty: float | None = None,
         num_hypotheses: int = 1,
+        on_error: str = "raise",
     ) -> AsyncIterator[Translation]:
         """See Translator.translate_iter (``async for`` over it)."""
         batches = self._iter_batches(
-            texts, Options(beam_size, max_length, length_penalty, num_hypotheses)
+            texts, Options(beam_size, max_length, length_penalty, num_hypotheses), on_error
         )
         return _flatten(batches)
 
     def _iter_batches(
-        self, texts: str | Iterable[str], options: Options
+        self, texts: str | Iterable[str], options: Options, on_error: str = "raise"
     ) -> AsyncIterator[list[Translation]]:
         """See Translator._iter_batches."""
         self._check_open()
-        job, deadline = self._start(texts, options)
+        job, deadline = self._start(texts, options, on_error)
         return self._run(job, options, deadline)
 
     async def _run(
@@ -106,7 +112,8 @@ class AsyncTranslator(BaseTranslator):
                     chunk = job.next_chunk()
                     if chunk is None:
                         break
-                    inflight[asyncio.create_task(self._send(chunk, options, deadline))] = chunk
+                    task = asyncio.create_task(self._send(chunk, options, deadline, job.isolate))
+                    inflight[task] = chunk
                 ready = job.pop_ready()
                 if ready:
                     yield ready
@@ -126,7 +133,20 @@ class AsyncTranslator(BaseTranslator):
             # Collect them, so that none is left with an exception nobody retrieved.
             await asyncio.gather(*inflight, return_exceptions=True)
 
-    async def _send(self, chunk: Chunk, options: Options, deadline: Deadline) -> list[Translation]:
+    async def _send(
+        self, chunk: Chunk, options: Options, deadline: Deadline, isolate: bool = False
+    ) -> list[Translation]:
+        try:
+            return await self._send_once(chunk, options, deadline)
+        except InvalidInputError as exc:
+            if not isolate:
+                raise
+            parts, merge = isolate_rejected(chunk, exc, failed_translation(options))
+            return merge([await self._send(p, options, deadline, True) for p in parts])
+
+    async def _send_once(
+        self, chunk: Chunk, options: Options, deadline: Deadline
+    ) -> list[Translation]:
         request = encode_request(chunk.texts, options)
         attempts = self._attempts(deadline, chunk, self._transport)
         while True:

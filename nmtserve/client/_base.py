@@ -108,12 +108,18 @@ class BaseTranslator:
 
     # -- the parts of a call
 
-    def _start(self, texts: str | Iterable[str], options: Options) -> tuple[Job, Deadline]:
+    def _start(
+        self, texts: str | Iterable[str], options: Options, on_error: str = "raise"
+    ) -> tuple[Job, Deadline]:
         if isinstance(texts, str):
             texts = (texts,)
-        blank = Translation("", None, [] if options.nbest else None)
+        blank = Translation("", 0.0, [] if options.nbest else None)
         job = Job(
-            texts, batch_size=self.batch_size, max_batch_tokens=self.max_batch_tokens, blank=blank
+            texts,
+            batch_size=self.batch_size,
+            max_batch_tokens=self.max_batch_tokens,
+            blank=blank,
+            on_error=on_error,
         )
         return job, Deadline(self.deadline)
 

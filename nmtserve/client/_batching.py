@@ -10,10 +10,11 @@ requests, hand each response back with ``complete()``, and take the results in i
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
 
 from . import _constants as C
+from ._protocol import Options
 from ._results import Translation
 from .errors import InvalidInputError
 
@@ -27,6 +28,49 @@ class Chunk:
 
     def __len__(self) -> int:
         return len(self.indices)
+
+    def part(self, start: int, stop: int) -> Chunk:
+        return Chunk(self.indices[start:stop], self.texts[start:stop])
+
+
+ON_ERROR = ("raise", "return")
+
+
+def isolate_rejected(
+    chunk: Chunk, error: InvalidInputError, failed: Translation
+) -> tuple[list[Chunk], Callable[[list[list[Translation]]], list[Translation]]]:
+    """A request the server rejected for its input, taken apart (``on_error="return"``).
+
+    Returns the requests to send instead and how to merge their results into the chunk's: the
+    sentence the server named (``error.index``) gets ``failed`` with the error and the others
+    are sent again; when no sentence was named, the chunk is halved until the culprit is alone.
+    """
+    if len(chunk) == 1:
+        return [], lambda _: [replace(failed, error=_for_sentence(error, chunk.indices[0]))]
+    if error.index is not None and error.index in chunk.indices:
+        at = chunk.indices.index(error.index)
+        parts = [p for p in (chunk.part(0, at), chunk.part(at + 1, len(chunk))) if len(p)]
+
+        def merge(results: list[list[Translation]]) -> list[Translation]:
+            flat = [t for part in results for t in part]
+            return [*flat[:at], replace(failed, error=error), *flat[at:]]
+
+        return parts, merge
+    half = len(chunk) // 2
+    return [chunk.part(0, half), chunk.part(half, len(chunk))], (
+        lambda results: [t for part in results for t in part]
+    )
+
+
+def failed_translation(options: Options) -> Translation:
+    """What a rejected sentence gets (``error`` is filled in by ``isolate_rejected``)."""
+    return Translation("", None, [] if options.nbest else None)
+
+
+def _for_sentence(error: InvalidInputError, index: int) -> InvalidInputError:
+    if error.index == index:
+        return error
+    return InvalidInputError(error.message, status=error.status, index=index, attempts=error.attempts)
 
 
 def count_tokens(text: str) -> int:
@@ -79,7 +123,12 @@ class Job:
         batch_size: int,
         max_batch_tokens: int | None,
         blank: Translation,
+        on_error: str = "raise",
     ) -> None:
+        if on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
+        #: Rejected sentences become failed results (``isolate_rejected``) instead of an error.
+        self.isolate = on_error == "return"
         self._source: Iterator[tuple[int, str]] = enumerate(texts)
         self._batch_size = batch_size
         self._max_batch_tokens = max_batch_tokens
@@ -138,7 +187,13 @@ class Job:
             if not text or text.isspace():
                 self._results[index] = self._blank
                 continue
-            _check_encodable(index, text)
+            try:
+                _check_encodable(index, text)
+            except InvalidInputError as exc:
+                if not self.isolate:
+                    raise
+                self._results[index] = Translation("", None, self._blank.hypotheses, error=exc)
+                continue
             items.append((index, text))
             if len(items) >= self._window:
                 break

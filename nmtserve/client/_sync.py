@@ -12,11 +12,12 @@ from typing import overload
 
 from . import _constants as C
 from ._base import BaseTranslator
-from ._batching import Chunk, Job
+from ._batching import Chunk, Job, failed_translation, isolate_rejected
 from ._protocol import Options, decode_response, encode_request
 from ._results import Translation
 from ._retry import Deadline
 from ._transports import SYNC_TRANSPORTS
+from .errors import InvalidInputError
 
 
 class Translator(BaseTranslator):
@@ -40,6 +41,9 @@ class Translator(BaseTranslator):
 
     ``translate("one sentence")`` returns a Translation; ``translate(lines)`` returns a list of
     the same length and order. Blank lines become empty translations without a request.
+    ``on_error="raise"`` (default): a sentence the server rejects fails the call with an
+    InvalidInputError naming its input position; ``"return"``: that sentence's Translation
+    carries the error (``error``, ``ok``) and every other sentence is translated.
     Thread-safe; use it as a context manager or call ``close()``.
     """
 
@@ -60,6 +64,7 @@ class Translator(BaseTranslator):
         max_length: int | None = ...,
         length_penalty: float | None = ...,
         num_hypotheses: int = ...,
+        on_error: str = ...,
     ) -> Translation: ...
 
     @overload
@@ -71,6 +76,7 @@ class Translator(BaseTranslator):
         max_length: int | None = ...,
         length_penalty: float | None = ...,
         num_hypotheses: int = ...,
+        on_error: str = ...,
     ) -> list[Translation]: ...
 
     def translate(
@@ -81,6 +87,7 @@ class Translator(BaseTranslator):
         max_length: int | None = None,
         length_penalty: float | None = None,
         num_hypotheses: int = 1,
+        on_error: str = "raise",
     ) -> Translation | list[Translation]:
         """Translate one sentence (a str) or many (an iterable of str).
 
@@ -95,6 +102,7 @@ class Translator(BaseTranslator):
                 max_length=max_length,
                 length_penalty=length_penalty,
                 num_hypotheses=num_hypotheses,
+                on_error=on_error,
             )
         )
         return results[0] if isinstance(texts, str) else results
@@ -107,21 +115,22 @@ class Translator(BaseTranslator):
         max_length: int | None = None,
         length_penalty: float | None = None,
         num_hypotheses: int = 1,
+        on_error: str = "raise",
     ) -> Iterator[Translation]:
         """Like translate(), but yields the translations in input order as soon as they and all
         before them are done, and reads ``texts`` lazily (a file object works)."""
         batches = self._iter_batches(
-            texts, Options(beam_size, max_length, length_penalty, num_hypotheses)
+            texts, Options(beam_size, max_length, length_penalty, num_hypotheses), on_error
         )
         return _flatten(batches)
 
     def _iter_batches(
-        self, texts: str | Iterable[str], options: Options
+        self, texts: str | Iterable[str], options: Options, on_error: str = "raise"
     ) -> Iterator[list[Translation]]:
         """The results in input order, a list each time the in-order prefix grows (what the
         CLI writes and flushes at once)."""
         self._check_open()
-        job, deadline = self._start(texts, options)
+        job, deadline = self._start(texts, options, on_error)
         return self._run(job, options, deadline)
 
     def _run(self, job: Job, options: Options, deadline: Deadline) -> Iterator[list[Translation]]:
@@ -135,10 +144,12 @@ class Translator(BaseTranslator):
                         break
                     if not inflight and job.all_planned and self._can_run_inline(deadline):
                         # The only request of the call (one sentence, a short list): no thread hop.
-                        job.complete(chunk, self._send(chunk, options, deadline, cancelled))
+                        job.complete(
+                            chunk, self._send(chunk, options, deadline, cancelled, job.isolate)
+                        )
                         break
                     future = self._executor().submit(
-                        self._send, chunk, options, deadline, cancelled
+                        self._send, chunk, options, deadline, cancelled, job.isolate
                     )
                     inflight[future] = chunk
                 ready = job.pop_ready()
@@ -158,9 +169,26 @@ class Translator(BaseTranslator):
                 future.cancel()
 
     def _send(
+        self,
+        chunk: Chunk,
+        options: Options,
+        deadline: Deadline,
+        cancelled: threading.Event,
+        isolate: bool = False,
+    ) -> list[Translation]:
+        """One request, with retries; runs in a worker thread (or inline for a lone request).
+        ``isolate``: a request rejected for a sentence is sent again without it."""
+        try:
+            return self._send_once(chunk, options, deadline, cancelled)
+        except InvalidInputError as exc:
+            if not isolate:
+                raise
+            parts, merge = isolate_rejected(chunk, exc, failed_translation(options))
+            return merge([self._send(p, options, deadline, cancelled, True) for p in parts])
+
+    def _send_once(
         self, chunk: Chunk, options: Options, deadline: Deadline, cancelled: threading.Event
     ) -> list[Translation]:
-        """One request, with retries; runs in a worker thread (or inline for a lone request)."""
         request = encode_request(chunk.texts, options)
         attempts = self._attempts(deadline, chunk, self._transport)
         while True:

@@ -1,8 +1,13 @@
 """``nmtserve translate`` against a server: lines in (files or stdin), one translation per line out.
 
 Exit codes: 0 every line translated; 1 the translation failed (timeout, server error); 2 usage
-or invalid input (bad option, unreadable file, input the server rejects, unknown model); 3 the
-server could not be reached. A failure prints one line on stderr, naming the input line.
+or invalid input (bad option, unreadable file, unknown model, or lines the server rejected); 3
+the server could not be reached. A failure prints one line on stderr, naming the input line.
+
+A line the server rejects (``--on-error``): ``empty`` (default) writes an empty line in its place
+(``--json``: a record with ``"error"``), ``skip`` writes nothing for it, ``fail`` stops there
+(every line before it is written). Either way its error goes to stderr as ``FILE:LINE: message``,
+the other lines are translated and written in input order, and the exit status is 2.
 """
 
 from __future__ import annotations
@@ -12,8 +17,10 @@ import bisect
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Iterable, Iterator
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -31,6 +38,7 @@ from .errors import (
 )
 
 PROG = "nmtserve translate"
+_REQUEST_POSITION = re.compile(r"\bTEXT\[\d+\]")
 STDIN_NAME = "<stdin>"
 
 
@@ -107,18 +115,24 @@ def read_inputs(files: list[str], stdin: TextIO) -> Lines:
 # Output
 
 
+def _one_line(text: str) -> str:
+    # One output line per input line, whatever the model produced.
+    return " ".join(text.splitlines()) if "\n" in text or "\r" in text else text
+
+
 def format_line(source: str, translation: Translation, as_json: bool) -> str:
+    """Plain: the translation (with n-best: the hypotheses, best first, tab-separated); JSON: a record."""
     if not as_json:
-        text = translation.text
-        if "\n" in text or "\r" in text:
-            # One output line per input line, whatever the model produced.
-            text = " ".join(text.splitlines())
-        return text
+        if translation.hypotheses:
+            return "\t".join(_one_line(h.text).replace("\t", " ") for h in translation.hypotheses)
+        return _one_line(translation.text)
     record: dict[str, Any] = {
         "source": source,
         "translation": translation.text,
         "score": translation.score,
     }
+    if translation.error is not None:
+        record["error"] = translation.error.message
     if translation.hypotheses is not None:
         record["nbest"] = [
             {"translation": h.text, "score": h.score} for h in translation.hypotheses
@@ -218,7 +232,11 @@ def translate_remote(
             if not args.files and _isatty(stdin):
                 return _interactive(translator, options, args.json, stdin, stdout, stderr)
             inputs = read_inputs(args.files, stdin)
-            _translate_all(translator, options, inputs, args, stdout, stderr)
+            rejected = _translate_all(translator, options, inputs, args, stdout, stderr)
+        if rejected:
+            if getattr(args, "on_error", "fail") != "fail":
+                _report(stderr, f"{rejected} of {len(inputs.lines)} lines rejected (see above)")
+            return EXIT_USAGE
         return EXIT_OK
     except UsageError as exc:
         _report(stderr, str(exc))
@@ -244,24 +262,40 @@ def _translate_all(
     args: argparse.Namespace,
     stdout: TextIO,
     stderr: TextIO,
-) -> None:
+) -> int:
+    """Translate every input line, writing in order as the prefix completes; the number of lines
+    the server rejected (``--on-error empty|skip``; with ``fail`` the first one raises)."""
     bar = _progress(len(inputs.lines), stderr, args.no_progress)
-    position = 0
+    on_error = getattr(args, "on_error", "fail")
+    position = rejected = 0
     try:
-        for batch in translator._iter_batches(inputs.lines, options):
-            stdout.write(
-                "".join(
-                    format_line(inputs.lines[position + i], t, args.json) + "\n"
-                    for i, t in enumerate(batch)
-                )
-            )
-            stdout.flush()  # stream: whatever is done in order goes out now
-            position += len(batch)
-            if bar is not None:
-                bar.update(len(batch))
+        with closing(translator._iter_batches(inputs.lines, options, "return")) as batches:
+            for batch in batches:
+                out = []
+                stop = False
+                for i, t in enumerate(batch, start=position):
+                    if t.error is not None:
+                        rejected += 1
+                        if bar is not None:
+                            bar.clear()
+                        _report(stderr, _describe(t.error, inputs))
+                        if on_error == "fail":
+                            stop = True  # every line before it is written; closing cancels the rest
+                            break
+                        if on_error == "skip":
+                            continue
+                    out.append(format_line(inputs.lines[i], t, args.json) + "\n")
+                stdout.write("".join(out))
+                stdout.flush()  # stream: whatever is done in order goes out now
+                position += len(batch)
+                if bar is not None:
+                    bar.update(len(batch))
+                if stop:
+                    break
     finally:
         if bar is not None:
             bar.close()
+    return rejected
 
 
 def _interactive(
@@ -301,7 +335,9 @@ def _describe(error: TranslationError, inputs: Lines | None) -> str:
     if isinstance(error, ServerUnavailableError):
         inputs = None  # the server, not a line, is the problem
     if inputs is not None and error.index is not None:
-        message = f"{inputs.where(error.index)}: {message}"
+        # "TEXT[3]" is the sentence's place in its request, which the client reorders: the line
+        # number is what names it.
+        message = f"{inputs.where(error.index)}: {_REQUEST_POSITION.sub('the line', message)}"
     elif inputs is not None and error.indices:
         message = f"{message} ({inputs.describe(error.indices)})"
     if error.attempts > 1:

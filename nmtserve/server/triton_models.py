@@ -27,6 +27,7 @@ import numpy as np
 from .. import graphs
 from ..decoding.search import SearchOptions
 from ..graphs import pad_batch
+from .launcher import DRAIN_ENV
 from .protocol import (
     OPTION_INPUTS,
     STEP_BACKENDS,
@@ -193,6 +194,9 @@ class GenerateModel:
         # Cancellation and metrics are IPC round trips: twice a second, not per step.
         self._poller = threading.Thread(target=self._poll, name="nmtserve-poll", daemon=True)
         self._poller.start()
+        drain = os.environ.get(DRAIN_ENV)
+        if drain:
+            threading.Thread(target=self._drain_on, args=(Path(drain),), name="nmtserve-drain", daemon=True).start()
         log.info("generate ready (%s, %d decode loop(s) x %s intra-op thread(s)): %s", backend, workers,
                  threads or "default", self.spec)
 
@@ -246,6 +250,18 @@ class GenerateModel:
                 for sender, cancel in self._waiting.values():
                     if not cancel.is_set() and sender.is_cancelled():
                         cancel.set()
+
+    def _drain_on(self, flag: Path) -> None:
+        """When ``flag`` appears (the launcher is stopping the server), stop the engine: what is
+        running or queued gets UNAVAILABLE ("shutting down", the client retries it elsewhere or
+        later) now, so Triton's wait for in-flight requests ends at once."""
+        while not self._stop.wait(0.05):
+            if flag.exists():
+                log.info("server stopping: answering %d running and %d queued sentences with UNAVAILABLE",
+                         self.engine.running, self.engine.queued)
+                self.engine.stop()
+                Path(f"{flag}.drained.{os.getpid()}").touch()  # the launcher signals Triton now
+                return
 
     def finalize(self) -> None:
         self._stop.set()
