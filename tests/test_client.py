@@ -795,3 +795,21 @@ def test_cli_on_a_terminal_translates_each_line_as_typed(
     assert code == 2  # a rejected line is reported, and the session goes on
     assert stdout.getvalue() == "b a\n\nd c\n"
     assert stderr.getvalue().count("\n") == 1 and "INVALID" in stderr.getvalue()
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_the_other_protocols_port_is_named_not_called_unavailable(
+    server: TritonServer, protocol: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nmtserve.client import ProtocolMismatchError
+
+    wrong = server.urls.http_address if protocol == "grpc" else server.urls.grpc_address
+    other = "http" if protocol == "grpc" else "grpc"
+    with Translator(wrong, protocol, timeout=10) as tr:
+        with pytest.raises(ProtocolMismatchError, match=rf"answers {other.upper()}, not {protocol.upper()}") as raised:
+            tr.translate("a b")
+    assert raised.value.attempts == 1  # not retried: another attempt would meet the same port
+    code, _, err = run_cli(["translate", "--url", wrong, "--protocol", protocol], "a b\n", monkeypatch)
+    assert code == 3
+    assert f"--protocol {other}" in err and "is the server running" not in err

@@ -61,6 +61,7 @@ from ._sync import Translator
 from .errors import (
     InvalidInputError,
     ModelNotFoundError,
+    ProtocolMismatchError,
     ServerError,
     ServerUnavailableError,
     TimeoutError,
@@ -72,6 +73,7 @@ __all__ = [
     "Hypothesis",
     "InvalidInputError",
     "ModelNotFoundError",
+    "ProtocolMismatchError",
     "ServerError",
     "ServerUnavailableError",
     "TimeoutError",

@@ -35,6 +35,7 @@ from ._batching import Chunk
 from .errors import (
     InvalidInputError,
     ModelNotFoundError,
+    ProtocolMismatchError,
     ServerError,
     ServerUnavailableError,
     TimeoutError,
@@ -116,6 +117,9 @@ def map_exception(
             http_5xx = code is not None and code.isdigit() and int(code) >= 500
             cls = ServerError if http_5xx else TranslationError
         if cls is ServerUnavailableError:
+            mismatch = protocol_mismatch(endpoint, message)
+            if mismatch is not None:
+                return mismatch
             message = f"the server at {endpoint} is unavailable: {message}"
         elif cls is TimeoutError:
             message = f"no answer from {endpoint}{waited}: {message}"
@@ -125,6 +129,9 @@ def map_exception(
         return TimeoutError(f"no answer from {endpoint}{waited}", indices=indices)
     if isinstance(exc, (OSError, *connection_errors)):
         detail = str(exc) or type(exc).__name__
+        mismatch = protocol_mismatch(endpoint, detail)
+        if mismatch is not None:
+            return mismatch
         error = ServerUnavailableError(
             f"cannot reach the server at {endpoint}: {detail}", indices=indices
         )
@@ -132,6 +139,41 @@ def map_exception(
         error.retryable = not isinstance(exc, socket.gaierror)
         return error
     return TranslationError(f"{type(exc).__name__}: {exc}", indices=indices)
+
+
+_DEFAULT_PORTS = {"grpc": 8001, "http": 8000}
+
+
+def protocol_mismatch(endpoint: str, detail: str) -> ProtocolMismatchError | None:
+    """The error for a client that meets the other protocol's port, or None.
+
+    An HTTP client reading a gRPC (HTTP/2) answer fails to parse it ("Expected HTTP/"); a gRPC
+    client on an HTTP/1.1 port sees the socket closed, so that port is asked, once, whether it
+    answers HTTP."""
+    found = re.match(r"^(?P<address>.+):(?P<port>\d+) \((?P<protocol>grpc|http)\)$", endpoint)
+    if found is None:
+        return None
+    address, port, protocol = found["address"], int(found["port"]), found["protocol"]
+    other = "http" if protocol == "grpc" else "grpc"
+    if protocol == "http":
+        mismatched = "Expected HTTP/" in detail
+    else:
+        mismatched = ("Socket closed" in detail or "Connection reset" in detail) and _answers_http(address, port)
+    if not mismatched:
+        return None
+    return ProtocolMismatchError(
+        f"{address}:{port} answers {other.upper()}, not {protocol.upper()}: use the {protocol.upper()} port "
+        f"({_DEFAULT_PORTS[protocol]} by default) or protocol={other!r} (CLI: --protocol {other})"
+    )
+
+
+def _answers_http(address: str, port: int) -> bool:
+    try:
+        with socket.create_connection((address.strip("[]"), port), timeout=1.0) as sock:
+            sock.sendall(b"GET /v2/health/live HTTP/1.0\r\nHost: x\r\n\r\n")
+            return sock.recv(5) == b"HTTP/"
+    except OSError:
+        return False
 
 
 def _named_index(message: str, chunk: Chunk | None) -> int | None:

@@ -32,6 +32,7 @@ from ._sync import Translator
 from .errors import (
     InvalidInputError,
     ModelNotFoundError,
+    ProtocolMismatchError,
     ServerUnavailableError,
     TranslationError,
     describe_indices,
@@ -342,7 +343,7 @@ def _describe(error: TranslationError, inputs: Lines | None) -> str:
         message = f"{message} ({inputs.describe(error.indices)})"
     if error.attempts > 1:
         message += f" [gave up after {error.attempts} attempts]"
-    if isinstance(error, ServerUnavailableError):
+    if isinstance(error, ServerUnavailableError) and not isinstance(error, ProtocolMismatchError):
         message += " (is the server running? 'nmtserve serve' starts one)"
     return message
 

@@ -11,6 +11,9 @@ ModelNotFoundError          the server has no such model                 no     
 ServerUnavailableError      nothing listens, connection refused/reset,   yes        3
                             gRPC UNAVAILABLE, HTTP 502/503/429, model
                             loading or unloading
+ProtocolMismatchError       (a ServerUnavailableError) the port speaks   no         3
+                            the other protocol: a gRPC client on an
+                            HTTP port or the reverse
 TimeoutError                a request ran past ``timeout`` (gRPC         no         1
                             DEADLINE_EXCEEDED) or the call past
                             ``deadline``
@@ -34,6 +37,7 @@ from collections.abc import Iterable
 __all__ = [
     "InvalidInputError",
     "ModelNotFoundError",
+    "ProtocolMismatchError",
     "ServerError",
     "ServerUnavailableError",
     "TimeoutError",
@@ -90,6 +94,12 @@ class ServerUnavailableError(TranslationError):
     """The server could not be reached or is not ready; a later attempt may succeed."""
 
     retryable = True
+
+
+class ProtocolMismatchError(ServerUnavailableError):
+    """The address answers, but in the other protocol (gRPC client, HTTP port, or the reverse)."""
+
+    retryable = False
 
 
 class TimeoutError(TranslationError, builtins.TimeoutError):
