@@ -289,6 +289,14 @@ def _prepare_backend_directory(install: TritonInstall, root: Path) -> Path:
 DRAIN_SECONDS = 1.0
 
 
+def _process_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"  # a zombie has exited; its parent has not reaped it yet
+
+
 def _repository_models(repository: Path) -> set[str]:
     """The models Triton loads from ``repository`` (--model-control-mode=none: every folder with a config)."""
     try:
@@ -864,6 +872,34 @@ class TritonServer:
             self._log_handle = None
         return process.returncode
 
+    def stub_processes(self) -> dict[int, str]:
+        """The server's Python-backend stub processes: pid -> model instance (e.g. "generate_0_0")."""
+        if not self.is_running() or self.pid is None:
+            return {}
+        found = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                ppid = int(stat.rsplit(")", 1)[1].split()[1])
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == self.pid and argv and argv[0].endswith(b"triton_python_backend_stub"):
+                instance = next((a.decode() for a in argv[1:] if re.fullmatch(rb"\S+_\d+_\d+", a)), "?")
+                found[int(entry.name)] = instance
+        return found
+
+    def kill(self) -> None:
+        """End the server and its stubs at once (after a crash: what is in flight is lost anyway)."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            LOGGER.warning("killing tritonserver (pid %d)", process.pid)
+            self._kill_group(process)
+            process.wait()
+        self.stop()
+
     def _wait_drained(self, until: float) -> None:
         """Until ``generate`` says it answered everything it held (or ``until``)."""
         assert self._drain_file is not None
@@ -954,6 +990,7 @@ def serve_forever(config: ServerConfig, out: TextIO | None = None) -> int:
             file=out,
             flush=True,
         )
+        stubs = server.stub_processes()
         while not stop_requested.wait(0.5):
             code = server.returncode
             if code is not None:
@@ -961,6 +998,18 @@ def serve_forever(config: ServerConfig, out: TextIO | None = None) -> int:
                 if code == 0:  # exiting unasked is a failure even when Triton calls it success
                     return 1
                 return 128 - code if code < 0 else code
+            dead = sorted(name for pid, name in stubs.items() if not _process_alive(pid))
+            if dead:
+                # Triton keeps reporting the model ready, but its requests would hang or fail
+                # ("Stub process ... is not healthy") from now on: start afresh. Clients see
+                # UNAVAILABLE / refused connections meanwhile, which nmtserve's client retries.
+                print(f"nmtserve: the Python stub process of {', '.join(dead)} died; restarting tritonserver",
+                      file=sys.stderr, flush=True)
+                server.kill()
+                server.start()
+                elapsed = server.wait_until_ready(abort=stop_requested)
+                stubs = server.stub_processes()
+                print(f"nmtserve: Triton is serving again (ready in {elapsed:.1f} s)", file=out, flush=True)
         print("nmtserve: stopping", file=out, flush=True)
         server.stop()
         return 0
