@@ -153,6 +153,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gate-sentences", type=int, default=500, help="sentences of the gate set used (default 500)")
     g.add_argument("--int8-keep-fp32", default="", metavar="GROUPS",
                    help="weights left in fp32, comma-separated: output (vocabulary projection), attention, ffn")
+    g = p.add_argument_group("serving limits (0: none; over a queue limit the server answers UNAVAILABLE, retryable)")
+    g.add_argument("--max-request-sentences", type=int, default=None,
+                   help="sentences one request may hold (default 1024)")
+    g.add_argument("--max-sentence-chars", type=int, default=None, help="characters per sentence (default 4096)")
+    g.add_argument("--max-queued-sentences", type=int, default=None,
+                   help="sentences waiting to join the decoding batch before new requests are refused (default 2048)")
+    g.add_argument("--queue-timeout-s", type=float, default=None,
+                   help="seconds a request may wait for decoding to start (default 60)")
     p.add_argument("--parity-sentences", type=int, default=50, help="sentences in the ONNX-vs-PyTorch parity check")
     p.add_argument("--skip-parity", action="store_true", help="skip the parity check (not recommended)")
     p.add_argument("--graph-models", action="store_true",

@@ -343,3 +343,66 @@ def test_a_request_split_over_two_loops_comes_back_whole_and_in_order(tiny):
     pool.stop()
     assert tokens(got) == tokens(reference_decode(model, srcs, OPTS))
     assert [e.stats["sentences"] for e in pool.engines] == [5, 6]  # both loops decoded a part
+
+
+def _slowed(onnx_model, seconds: float):
+    """The runtime with every decoder step taking at least ``seconds`` (a busy server)."""
+    class Slow:
+        spec = onnx_model.spec
+
+        def encode(self, src):
+            return onnx_model.encode(src)
+
+        def run_step(self, feeds, outputs=None):
+            time.sleep(seconds)
+            return onnx_model.run_step(feeds) if outputs is None else onnx_model.run_step(feeds, outputs)
+
+    return Slow()
+
+
+@pytest.mark.parametrize("pool", [False, True])
+def test_a_full_queue_refuses_new_work_as_busy_and_the_rest_is_answered(tiny, pool):
+    from nmtserve.server.engine import EngineBusy, EnginePool, QueueLimits
+
+    model, onnx_model = tiny
+    onnx_model.spec = dataclasses.replace(onnx_model.spec, max_target_len=24, max_batch=2)
+    runtime = _slowed(onnx_model, 0.01)
+    limits = QueueLimits(max_queued=6, timeout_s=None)
+    engine = (EnginePool(runtime, 2, max_sentences=2, max_beam=4, limits=limits) if pool else
+              InflightBatcher(runtime, max_sentences=2, max_beam=4, limits=limits)).start()
+    srcs = sources(12, model.config.src_vocab_size, seed=5)
+    done, refused = [], []
+    for i in range(6):  # 2 sentences each: 2 start decoding, then the queue fills
+        try:
+            engine.submit(srcs[2 * i : 2 * i + 2], OPTS, lambda r, e, i=i: done.append((i, r, e)))
+        except EngineBusy as exc:
+            refused.append((i, str(exc)))
+    deadline = time.monotonic() + 60
+    while len(done) < 6 - len(refused) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    engine.stop()
+    assert refused and "queue limit of 6" in refused[0][1]
+    assert all(e is None for _, _, e in done) and len(done) == 6 - len(refused)
+    want = tokens(reference_decode(model, srcs, OPTS))
+    for i, r, _ in done:
+        assert tokens(r) == want[2 * i : 2 * i + 2]
+
+
+def test_a_request_waiting_past_the_queue_timeout_fails_as_busy(tiny):
+    from nmtserve.server.engine import EngineBusy, QueueLimits
+
+    model, onnx_model = tiny
+    onnx_model.spec = dataclasses.replace(onnx_model.spec, max_target_len=24, max_batch=1)
+    engine = InflightBatcher(_slowed(onnx_model, 0.05), max_sentences=1, max_beam=4,
+                             limits=QueueLimits(max_queued=None, timeout_s=0.2)).start()
+    srcs = sources(3, model.config.src_vocab_size, seed=6)
+    outcomes: dict = {}
+    for i in range(3):
+        engine.submit([srcs[i]], OPTS, lambda r, e, i=i: outcomes.__setitem__(i, e))
+    deadline = time.monotonic() + 60
+    while len(outcomes) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    engine.stop()
+    assert outcomes[0] is None  # started at once
+    late = [e for e in outcomes.values() if e is not None]
+    assert late and all(isinstance(e, EngineBusy) and "queue timeout of 0.2 s" in str(e) for e in late)

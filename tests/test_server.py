@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -319,3 +320,57 @@ def test_stop_under_load_is_prompt_and_answers_in_flight_requests_unavailable(de
     assert seconds < 5.0
     assert outcomes.count("ok") > 0
     assert set(outcomes) <= {"ok", "unavailable"}, [o for o in outcomes if o not in ("ok", "unavailable")][:5]
+
+
+def _set_param(config: Path, key: str, value: str) -> None:
+    text = config.read_text()
+    text, n = re.subn(rf'(key: "{key}" value: {{ string_value: ")[^"]*(")', rf"\g<1>{value}\g<2>", text)
+    assert n == 1, f"{config} has no parameter {key}"
+    config.write_text(text)
+
+
+def test_limits_refuse_oversized_requests_and_overload_with_clear_retryable_errors(demo_repository, reference,
+                                                                                  tmp_path):
+    """A repository with small limits: too many sentences or characters -> INVALID_ARG naming the
+    limit; more waiting sentences than the queue holds -> UNAVAILABLE "server busy" (which the
+    client retries); the accepted requests get their own translations and the server keeps serving."""
+    import shutil
+    import threading
+
+    from nmtserve.server.launcher import ServerConfig, TritonServer, free_ports
+
+    repo = Path(shutil.copytree(demo_repository, tmp_path / "repo", ignore=shutil.ignore_patterns("encoder", "decoder")))
+    _set_param(repo / "tokenize" / "config.pbtxt", "max_request_sentences", "8")
+    _set_param(repo / "tokenize" / "config.pbtxt", "max_sentence_chars", "120")
+    _set_param(repo / "generate" / "config.pbtxt", "max_queued_sentences", "12")
+    texts, want, _ = reference
+    http, grpc_port, metrics = free_ports(3)
+    with TritonServer(ServerConfig(model_repository=repo, http_port=http, grpc_port=grpc_port,
+                                   metrics_port=metrics)) as server:
+        server.wait_until_ready(120)
+        client = grpcclient.InferenceServerClient(server.urls.grpc_address)
+        with pytest.raises(InferenceServerException, match="TEXT has 9 sentences, more than the 8"):
+            infer(client, grpcclient, texts[:9])
+        with pytest.raises(InferenceServerException, match=r"TEXT\[1\] is too long: 121 characters, the maximum is 120"):
+            infer(client, grpcclient, ["fine", "x" * 121])
+        outcomes: list = []
+
+        def send(i: int) -> None:
+            c = grpcclient.InferenceServerClient(server.urls.grpc_address)
+            batch = texts[(8 * i) % 40 : (8 * i) % 40 + 8]
+            try:
+                got, _ = infer(c, grpcclient, batch)
+                outcomes.append(("ok", got == want[(8 * i) % 40 : (8 * i) % 40 + 8]))
+            except InferenceServerException as exc:
+                outcomes.append((str(exc.status()), str(exc)))
+
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        busy = [o for o in outcomes if o[0] != "ok"]
+        assert busy and all(s == "StatusCode.UNAVAILABLE" and "server busy" in m and "queue limit of 12" in m
+                            for s, m in busy), busy[:3]
+        assert all(correct for s, correct in outcomes if s == "ok") and len(outcomes) == 12
+        assert infer(client, grpcclient, texts[:2])[0] == want[:2]  # still serving

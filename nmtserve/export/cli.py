@@ -8,6 +8,8 @@ from pathlib import Path
 
 from .pipeline import ExportError, ExportOptions, export
 
+LIMITS = ("max_request_sentences", "max_sentence_chars", "max_queued_sentences", "queue_timeout_s")
+
 
 def export_main(args: argparse.Namespace) -> int:
     opts = ExportOptions(
@@ -17,6 +19,7 @@ def export_main(args: argparse.Namespace) -> int:
         step_backend=args.step_backend, graph_models=args.graph_models, max_bleu_drop=args.max_bleu_drop,
         gate_source=args.gate_source, gate_reference=args.gate_reference, gate_sentences=args.gate_sentences,
         int8_keep_fp32=tuple(k for k in args.int8_keep_fp32.split(",") if k.strip()),
+        limits={name: getattr(args, name) for name in LIMITS if getattr(args, name) is not None},
     )
     try:
         report = export(Path(args.checkpoint), opts)

@@ -61,6 +61,8 @@ class ExportOptions:
     gate_reference: Path | None = None
     gate_sentences: int = quality.DEFAULT_GATE_SENTENCES
     int8_keep_fp32: tuple[str, ...] = ()  # nmtserve.export.quantize.KEEP_GROUPS left in fp32
+    # Serving limits written into the repository (RepositoryOptions; None: its defaults).
+    limits: dict = field(default_factory=dict)
 
     def check(self) -> None:
         """Option mistakes, found before any slow stage."""
@@ -147,8 +149,9 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
         opts.check()
         repo_opts = RepositoryOptions(name=opts.name, max_batch=opts.max_batch,
                                       max_beam=max(8, opts.beam_size), target=opts.target,
-                                      step_backend=opts.step_backend, graph_models=opts.graph_models)
-    except ValueError as exc:
+                                      step_backend=opts.step_backend, graph_models=opts.graph_models,
+                                      **opts.limits)
+    except (ValueError, TypeError) as exc:
         raise ExportError(f"options: {exc}") from exc
     t = time.monotonic()
     try:

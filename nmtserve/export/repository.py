@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import graphs
-from ..server.protocol import OPTION_INPUTS, STEP_BACKENDS
+from ..server.engine import QueueLimits
+from ..server.protocol import OPTION_INPUTS, STEP_BACKENDS, RequestLimits
 from .quality import GATE_FILE, REPORT_FILE
 
 ARTIFACTS_MODEL = "generate"
@@ -63,6 +64,12 @@ class RepositoryOptions:
     # the graphs' precision and the quality gate's one-line verdict (nmtserve.export.quality).
     precision: str = "fp32"
     quality: str = ""
+    # Limits (0: none). tokenize: sentences per request, characters per sentence; generate:
+    # sentences waiting to decode, seconds a request may wait (overload answers UNAVAILABLE).
+    max_request_sentences: int = RequestLimits.max_request_sentences
+    max_sentence_chars: int = RequestLimits.max_sentence_chars
+    max_queued_sentences: int = QueueLimits.max_queued or 0
+    queue_timeout_s: float = QueueLimits.timeout_s or 0.0
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -157,7 +164,10 @@ def model_configs(dims: graphs.Dims, opts: RepositoryOptions) -> dict[str, tuple
     }
     engine_params = {"artifacts": ".", "max_batch": str(opts.max_batch), "max_beam": str(opts.max_beam),
                      "workers": str(opts.workers), "intra_op_threads": str(opts.intra_op_threads),
-                     "step_backend": opts.step_backend}
+                     "step_backend": opts.step_backend, "max_queued_sentences": str(opts.max_queued_sentences),
+                     "queue_timeout_s": f"{opts.queue_timeout_s:g}"}
+    tokenize_params = {**art, "max_request_sentences": str(opts.max_request_sentences),
+                       "max_sentence_chars": str(opts.max_sentence_chars)}
     # The engine's device: a GPU backend gets one instance per GPU (Triton passes the device id).
     engine_kind = "KIND_GPU" if opts.step_backend in ("tensorrt", "onnxruntime-cuda") else "KIND_CPU"
     if opts.step_backend == "tensorrt":
@@ -179,7 +189,7 @@ def model_configs(dims: graphs.Dims, opts: RepositoryOptions) -> dict[str, tuple
                                           **({"quality": opts.quality} if opts.quality else {})}), None),
         "tokenize": (_python_model("tokenize", [_tensor("TEXT", "TYPE_STRING", [-1])],
                                    [_tensor("SRC_IDS", "TYPE_INT32", [-1, -1]), _tensor("SRC_LEN", "TYPE_INT32", [-1])],
-                                   params=art), "TokenizeModel"),
+                                   params=tokenize_params), "TokenizeModel"),
         ARTIFACTS_MODEL: (_python_model(ARTIFACTS_MODEL, _GENERATE_IN, _GENERATE_OUT, params=engine_params,
                                         kind=engine_kind), "GenerateModel"),
         "detokenize": (_python_model("detokenize", _GENERATE_OUT, _FINAL_OUT, params=art), "DetokenizeModel"),

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -82,6 +83,7 @@ class _Request:
     failed: bool = False
     next_sentence: int = 0  # sentences before this one have been admitted
     cancelled: Callable[[], bool] | None = None
+    queued_at: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
         self.results = [None] * len(self.sources)
@@ -123,12 +125,31 @@ class RequestCancelled(RuntimeError):
     pass
 
 
+class EngineBusy(RuntimeError):
+    """Overload: the queue is full, or a request waited longer than the queue timeout. Retryable
+    (the server answers UNAVAILABLE)."""
+
+
+@dataclass(frozen=True)
+class QueueLimits:
+    """How much waiting work the engine holds (sentences not yet decoding), and for how long."""
+
+    max_queued: int | None = 2048  # sentences; None: unbounded
+    timeout_s: float | None = 60.0  # a request none of whose sentences started decoding by then fails
+
+    def check(self, queued: int, more: int) -> None:
+        if self.max_queued is not None and queued + more > self.max_queued:
+            raise EngineBusy(f"server busy: {queued} sentences are waiting and this request adds {more}, over the "
+                             f"queue limit of {self.max_queued}; retry later")
+
+
 class InflightBatcher:
     """Runs the decode loop in a background thread; ``submit`` from any thread."""
 
     def __init__(self, runtime: StepRuntime, max_sentences: int | None = None, max_beam: int = 8,
-                 pool_slack: int = 64):
+                 pool_slack: int = 64, limits: QueueLimits | None = None):
         spec = runtime.spec
+        self.limits = limits or QueueLimits()
         self.runtime, self.spec = runtime, spec
         self.max_sentences = max_sentences or spec.max_batch
         self.max_beam = max_beam
@@ -188,6 +209,7 @@ class InflightBatcher:
         with self._cond:
             if self._stopping:
                 raise EngineStopped("the decoding engine is shutting down")
+            self.limits.check(sum(len(r.sources) - r.next_sentence for r in self.pending), len(request.sources))
             self.pending.append(request)
             self._cond.notify()
 
@@ -229,11 +251,25 @@ class InflightBatcher:
                 r.failed = True
                 r.callback(None, exc)
 
+    def _expire(self) -> None:
+        """Fail the queued requests none of whose sentences started within the queue timeout
+        (under the lock; the loop admits in order, so the oldest are at the front)."""
+        limit = self.limits.timeout_s
+        if limit is None:
+            return
+        now = time.monotonic()
+        while self.pending and self.pending[0].next_sentence == 0 and now - self.pending[0].queued_at > limit:
+            request = self.pending.popleft()
+            request.failed = True
+            request.callback(None, EngineBusy(f"server busy: the request waited {now - request.queued_at:.1f} s "
+                                              f"in the queue, over the queue timeout of {limit:g} s; retry later"))
+
     def _admit(self) -> None:
         admitted: list[tuple[_Request, int]] = []
         rows_needed, free_rows = 0, self.max_rows - self.rows_in_use
         with self._cond:
             capacity = self.max_sentences - self.running
+            self._expire()
             while self.pending and capacity > 0:
                 request = self.pending[0]
                 if request.cancelled and request.cancelled():
@@ -522,10 +558,14 @@ class EnginePool:
     cores, see DESIGN.md). GPU runtimes use one loop (``workers=1``)."""
 
     def __init__(self, runtime: StepRuntime, workers: int, max_sentences: int | None = None, max_beam: int = 8,
-                 pool_slack: int = 64):
+                 pool_slack: int = 64, limits: QueueLimits | None = None):
         total = max_sentences or runtime.spec.max_batch
         share = max(1, -(-total // workers))
-        self.engines = [InflightBatcher(runtime, max_sentences=share, max_beam=max_beam, pool_slack=pool_slack)
+        # The queue limit holds for the pool as a whole (checked here); each loop keeps the timeout.
+        self.limits = limits or QueueLimits()
+        per_loop = QueueLimits(max_queued=None, timeout_s=self.limits.timeout_s)
+        self.engines = [InflightBatcher(runtime, max_sentences=share, max_beam=max_beam, pool_slack=pool_slack,
+                                        limits=per_loop)
                         for _ in range(workers)]
         self.spec, self.max_beam = runtime.spec, max_beam
         self._lock = threading.Lock()
@@ -546,6 +586,7 @@ class EnginePool:
         when every part is done, or with the first part's error."""
         sources = list(sources)
         check_request(sources, options, self.spec, self.max_beam)
+        self.limits.check(self.queued, len(sources))
         parts = min(len(self.engines), len(sources))
         if parts <= 1:
             with self._lock:  # two submits at once must not both pick the same idle loop

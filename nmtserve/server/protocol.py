@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +45,31 @@ STEP_BACKENDS = {
 
 class InputError(ValueError):
     """A request is invalid; the message names the problem (sent back as INVALID_ARG)."""
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """What one request may hold (tokenize's parameters ``max_request_sentences``,
+    ``max_sentence_chars``; 0: no limit). Tokens per sentence are the export's max_source_len.
+    Together they bound a request's size (Triton itself reads any message size)."""
+
+    max_request_sentences: int = 1024
+    max_sentence_chars: int = 4096
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, str]) -> RequestLimits:
+        return cls(int(params.get("max_request_sentences", cls.max_request_sentences)),
+                   int(params.get("max_sentence_chars", cls.max_sentence_chars)))
+
+    def check(self, texts: Sequence[str]) -> None:
+        if self.max_request_sentences and len(texts) > self.max_request_sentences:
+            raise InputError(f"TEXT has {len(texts)} sentences, more than the {self.max_request_sentences} a request "
+                             "may hold: split it (nmtserve's client sends batches of --batch-size)")
+        if self.max_sentence_chars:
+            for i, text in enumerate(texts):
+                if len(text) > self.max_sentence_chars:
+                    raise InputError(f"TEXT[{i}] is too long: {len(text)} characters, the maximum is "
+                                     f"{self.max_sentence_chars}")
 
 
 def decode_texts(array: np.ndarray | None) -> list[str]:

@@ -53,12 +53,12 @@ def _error(message: str, invalid: bool = True):
 
 def _engine_error(prefix: str, exc: BaseException):
     """An engine failure as the status a client can act on: UNAVAILABLE while the server shuts
-    down (retry elsewhere), CANCELLED for a cancelled request, INVALID_ARG for a request the
+    down or is overloaded (retry later or elsewhere), CANCELLED for a cancelled request, INVALID_ARG for a request the
     engine refuses, INTERNAL otherwise."""
-    from .engine import EngineStopped, RequestCancelled
+    from .engine import EngineBusy, EngineStopped, RequestCancelled
 
     errors = pb_utils.TritonError
-    if isinstance(exc, EngineStopped):
+    if isinstance(exc, (EngineStopped, EngineBusy)):
         code = getattr(errors, "UNAVAILABLE", errors.INTERNAL)
     elif isinstance(exc, RequestCancelled):
         code = getattr(errors, "CANCELLED", errors.INTERNAL)
@@ -91,17 +91,33 @@ def _artifacts(params: dict, version_dir: Path) -> Path:
     return (version_dir / params.get("artifacts", ".")).resolve()
 
 
+def queue_limits(params: dict):
+    """generate's ``max_queued_sentences`` / ``queue_timeout_s`` parameters (0: no limit)."""
+    from .engine import QueueLimits
+
+    default = QueueLimits()
+    queued = int(params.get("max_queued_sentences", default.max_queued or 0))
+    timeout = float(params.get("queue_timeout_s", default.timeout_s or 0))
+    return QueueLimits(max_queued=queued or None, timeout_s=timeout or None)
+
+
 class TokenizeModel:
-    """TEXT [n] (UTF-8 bytes) -> SRC_IDS [n, S] int32 (padded), SRC_LEN [n] int32."""
+    """TEXT [n] (UTF-8 bytes) -> SRC_IDS [n, S] int32 (padded), SRC_LEN [n] int32.
+
+    Refuses (INVALID_ARG) a request of more than ``max_request_sentences`` sentences and a
+    sentence of more than ``max_sentence_chars`` characters before tokenizing anything
+    (parameters; defaults in protocol.RequestLimits), and a sentence of more tokens than the
+    export's max_source_len."""
 
     def initialize(self, args: dict) -> None:
         from ..runtime.spec import SPEC_FILE, ModelSpec
-        from ..server.protocol import load_tokenizer
+        from ..server.protocol import RequestLimits, load_tokenizer
 
         params, version_dir = _parameters(args)
         folder = _artifacts(params, version_dir)
         self.spec = ModelSpec.load(folder / SPEC_FILE)
         self.tokenizer = load_tokenizer(folder, self.spec)
+        self.limits = RequestLimits.from_params(params)
 
     def execute(self, requests: list) -> list:
         return [self._one(r) for r in requests]
@@ -109,6 +125,7 @@ class TokenizeModel:
     def _one(self, request):
         try:
             texts = decode_texts(_input(request, "TEXT"))
+            self.limits.check(texts)
             ids = []
             for i, text in enumerate(texts):
                 encoded = self.tokenizer.encode(text)
@@ -184,8 +201,10 @@ class GenerateModel:
         runtime = _step_runtime(params, version_dir, folder, self.spec, threads,
                                 device_id=int(args.get("model_instance_device_id") or 0))
         max_sentences = int(params.get("max_batch", self.spec.max_batch))
-        self.engine = (EnginePool(runtime, workers, max_sentences=max_sentences, max_beam=self.max_beam) if workers > 1
-                       else InflightBatcher(runtime, max_sentences=max_sentences, max_beam=self.max_beam)).start()
+        limits = queue_limits(params)
+        self.engine = (EnginePool(runtime, workers, max_sentences=max_sentences, max_beam=self.max_beam, limits=limits)
+                       if workers > 1 else
+                       InflightBatcher(runtime, max_sentences=max_sentences, max_beam=self.max_beam, limits=limits)).start()
         self._final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         self._waiting: dict[int, tuple] = {}  # id -> (response sender, cancel event)
         self._lock = threading.Lock()
