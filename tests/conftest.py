@@ -15,6 +15,17 @@ ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "models" / "en-fr-numbers"
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models: a second intra-op thread only adds synchronisation (3x slower here)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def demo_checkpoint():
     from nmtserve.model.checkpoint import load_checkpoint

@@ -43,7 +43,8 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
-pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses:UserWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses:UserWarning"),
+              pytest.mark.usefixtures("one_torch_thread")]
 spm = pytest.importorskip("sentencepiece")
 
 from transformers import MarianConfig, MarianMTModel, MarianTokenizer  # noqa: E402
@@ -82,13 +83,6 @@ BEAM_CONFIGS = ("swish-shared-tied", "relu-separate-untied-bias")
 
 
 # ---- fixtures -----------------------------------------------------------------------------------
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """These models are tiny: a second intra-op thread only adds synchronisation (3x slower here)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _train_spm(texts: list[str]) -> bytes:

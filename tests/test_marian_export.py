@@ -23,7 +23,8 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
-pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses:UserWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses:UserWarning"),
+              pytest.mark.usefixtures("one_torch_thread")]
 
 from transformers import MarianMTModel, MarianTokenizer  # noqa: E402
 
@@ -52,12 +53,6 @@ EDGE_TEXTS = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -263,19 +258,16 @@ VARIANTS = {
 }
 
 
+def _tiny_config(**changes) -> TransformerConfig:
+    """A small model over the demo's 800-piece vocabulary."""
+    base = dict(src_vocab_size=800, tgt_vocab_size=800, d_model=32, h=4, d_ff=64, encoder_layers=1,
+                decoder_layers=1)
+    return TransformerConfig(**{**base, **changes})
+
+
 @pytest.mark.parametrize("name", VARIANTS)
 def test_other_layouts_round_trip(name, demo_checkpoint, pairs, tmp_path):
-    config = TransformerConfig(
-        src_vocab_size=800,
-        tgt_vocab_size=800,
-        d_model=32,
-        h=4,
-        d_ff=64,
-        encoder_layers=2,
-        decoder_layers=1,
-        max_positions=128,
-        **VARIANTS[name],
-    )
+    config = _tiny_config(encoder_layers=2, max_positions=128, **VARIANTS[name])
     torch.manual_seed(0)
     model = Transformer(config).eval()
     with torch.no_grad():
@@ -307,17 +299,7 @@ def test_other_layouts_round_trip(name, demo_checkpoint, pairs, tmp_path):
 
 # ---- what Marian cannot express -------------------------------------------------------------------
 def test_unsupported_options_are_refused_naming_each(demo_checkpoint, tmp_path):
-    config = TransformerConfig(
-        src_vocab_size=800,
-        tgt_vocab_size=800,
-        d_model=32,
-        h=4,
-        d_ff=64,
-        encoder_layers=1,
-        decoder_layers=1,
-        pre_norm=True,
-        layer_norm_eps=1e-6,
-    )
+    config = _tiny_config(pre_norm=True, layer_norm_eps=1e-6)
     ckpt = Checkpoint(
         model=Transformer(config).eval(), tokenizer=demo_checkpoint.tokenizer, path=tmp_path / "x"
     )
