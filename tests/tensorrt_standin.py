@@ -21,10 +21,42 @@ import onnxruntime as ort
 
 from nmtserve import graphs
 from nmtserve.export.tensorrt import BuildOptions, profile_shapes
+from nmtserve.runtime.arrays import ArrayBackend
 
 _ORT_TYPES = {"tensor(float)": np.dtype(np.float32), "tensor(float16)": np.dtype(np.float16),
               "tensor(int32)": np.dtype(np.int32), "tensor(int64)": np.dtype(np.int64),
               "tensor(bool)": np.dtype(np.bool_)}
+
+
+ALIGNMENT = 256  # what TensorRT requires of every bound I/O address
+
+
+class AlignedHost(ArrayBackend):
+    """Host arrays whose allocations start on a 256-byte boundary, as CUDA allocations do, so
+    that the stand-in can insist on aligned addresses as TensorRT does."""
+
+    def empty(self, shape, dtype):
+        dtype = np.dtype(dtype)
+        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        raw = np.empty(n + ALIGNMENT, np.uint8)
+        offset = (-raw.ctypes.data) % ALIGNMENT
+        return raw[offset : offset + n].view(dtype).reshape(shape)
+
+    def zeros(self, shape, dtype):
+        out = self.empty(shape, dtype)
+        out[...] = 0
+        return out
+
+    def asarray(self, host):
+        out = self.empty(np.shape(host), np.asarray(host).dtype)
+        out[...] = host
+        return out
+
+    def ascontiguous(self, array):
+        return array if array.flags.c_contiguous else self.asarray(array)
+
+
+ALIGNED_HOST = AlignedHost()
 
 
 class Logger:
@@ -123,6 +155,10 @@ class _Context:
         return tuple(d if isinstance(d, int) else sizes.get(d, -1) for d in self.engine.by_name[name][0].shape)
 
     def set_tensor_address(self, name: str, address: int) -> bool:
+        """False, as TensorRT 10, for a name that is not an I/O tensor of the engine or an
+        address that is not 256-byte aligned (nothing is bound then)."""
+        if name not in self.engine.by_name or int(address) % ALIGNMENT:
+            return False
         self.addresses[name] = int(address)
         return True
 

@@ -14,6 +14,7 @@ import threading
 
 import numpy as np
 import pytest
+from tensorrt_standin import ALIGNED_HOST
 from test_engine import staggered
 from test_export_parity import build, sources
 
@@ -38,11 +39,12 @@ class RecordingDevice(ArrayBackend):
         self.downloads: list[tuple[str, tuple]] = []
         self.lock = threading.Lock()
 
+    # 256-byte-aligned allocations, as CUDA's, so the TensorRT stand-in accepts their addresses.
     def zeros(self, shape, dtype):
-        return np.zeros(shape, dtype).view(Device)
+        return ALIGNED_HOST.zeros(shape, dtype).view(Device)
 
     def empty(self, shape, dtype):
-        return np.empty(shape, dtype).view(Device)
+        return ALIGNED_HOST.empty(shape, dtype).view(Device)
 
     def is_device(self, array):
         return isinstance(array, Device)
@@ -51,7 +53,7 @@ class RecordingDevice(ArrayBackend):
         assert not isinstance(host, Device), "uploading an array that is already on the device"
         with self.lock:
             self.uploads.append((np.asarray(host).dtype.kind, np.shape(host)))
-        return np.array(host, order="C").view(Device)
+        return ALIGNED_HOST.asarray(np.asarray(host)).view(Device)
 
     def asnumpy(self, array):
         assert isinstance(array, Device), "downloading a host array"
@@ -60,7 +62,7 @@ class RecordingDevice(ArrayBackend):
         return np.array(array.view(np.ndarray))
 
     def ascontiguous(self, array):
-        return np.ascontiguousarray(array).view(Device)
+        return array if array.flags.c_contiguous else ALIGNED_HOST.asarray(np.asarray(array)).view(Device)
 
 
 def assert_only_candidates_came_down(device: RecordingDevice, engine: InflightBatcher, beam: int, vocab: int) -> None:

@@ -82,9 +82,9 @@ class StandinBuilder:
 @pytest.fixture
 def standin_runtime(monkeypatch):
     import tensorrt_standin
+    from tensorrt_standin import ALIGNED_HOST as HOST
 
     from nmtserve.runtime import tensorrt as runtime_module
-    from nmtserve.runtime.arrays import HOST
     from nmtserve.runtime.spec import ModelSpec
 
     monkeypatch.setattr(runtime_module, "_import_tensorrt", lambda: tensorrt_standin)

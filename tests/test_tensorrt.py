@@ -145,7 +145,8 @@ PLAN_OPTS = BuildOptions(max_batch=6, max_beam=4, max_source_len=32, max_target_
 
 
 def standin_model(standin, tiny_graphs, tmp_path, arrays=None, opts=PLAN_OPTS):
-    from nmtserve.runtime.arrays import HOST
+    from tensorrt_standin import ALIGNED_HOST as HOST
+
     from nmtserve.runtime.tensorrt import TensorRTModel
 
     _, folder, spec = tiny_graphs
@@ -199,7 +200,8 @@ def test_tensorrt_runtime_moves_only_tables_up_and_candidates_down(standin, tiny
 
 
 def test_tensorrt_runtime_errors_name_the_plan_and_the_fix(standin, tiny_graphs, tmp_path):
-    from nmtserve.runtime.arrays import HOST
+    from tensorrt_standin import ALIGNED_HOST as HOST
+
     from nmtserve.runtime.tensorrt import TensorRTModel
 
     spec = tiny_graphs[2]
@@ -216,3 +218,56 @@ def test_tensorrt_runtime_errors_name_the_plan_and_the_fix(standin, tiny_graphs,
     src = np.full((PLAN_OPTS.max_batch + 1, 5), 7, dtype=np.int32)
     with pytest.raises(TensorRTRuntimeError, match="outside the plan's optimization profile"):
         runtime.encode(src)
+
+
+# ---- issue 17 fixes that need no GPU -----------------------------------------------------------------
+
+@pytest.mark.parametrize("layer, op, kept", [
+    ("UNARY", "LOG", True), ("UNARY", "EXP", True), ("SOFTMAX", None, True), ("NORMALIZATION", None, True),
+    ("REDUCE", None, True), ("TOPK", None, True), ("UNARY", "ABS", False), ("MATRIX_MULTIPLY", None, False),
+    ("ELEMENTWISE", None, False),
+])
+def test_fp16_plans_keep_the_log_of_log_softmax_and_its_topk_in_fp32(layer, op, kept):
+    """onnx-tensorrt imports LogSoftmax as a softmax and a unary LOG: in fp16 the LOG would give
+    -inf below ~6e-8, so it (and the TopK reading it) stays fp32 with the normalizations."""
+    from nmtserve.export.tensorrt import keeps_fp32
+
+    assert keeps_fp32(layer, op) is kept
+
+
+def test_gpu_identity_without_libcuda_falls_back_to_nvidia_smi_and_names_its_failure(tmp_path, monkeypatch):
+    from nmtserve.export import tensorrt as build
+
+    monkeypatch.setattr(build, "_cuda_driver_identity", lambda: None)
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'Field \"compute_cap\" is not a valid field to query.' >&2\nexit 2\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(build.TensorRTUnavailable, match="compute_cap.*is not a valid field"):
+        build.gpu_identity()
+    smi.write_text("#!/bin/sh\necho 'NVIDIA H200, 9.0'\n")
+    assert build.gpu_identity() == {"gpu": "NVIDIA H200", "compute_capability": "9.0"}
+    smi.unlink()
+    with pytest.raises(build.TensorRTUnavailable, match="neither libcuda.so.1 nor nvidia-smi"):
+        build.gpu_identity()
+
+
+def test_misaligned_inputs_are_copied_and_misaligned_outputs_refused(standin, tiny_graphs, tmp_path):
+    """The stand-in refuses addresses that are not 256-byte aligned, as TensorRT does: the
+    runtime copies a misaligned input into an aligned buffer, and names a misaligned output."""
+    from tensorrt_standin import ALIGNED_HOST
+
+    from nmtserve.runtime.tensorrt import TensorRTRuntimeError
+
+    runtime = standin_model(standin, tiny_graphs, tmp_path)
+    src = ALIGNED_HOST.empty((2 * 6 + 1,), np.int32)[1:].reshape(2, 6)  # 4 bytes past a boundary
+    src[...] = [[5, 6, 7, 8, 9, 2], [5, 6, 2, 0, 0, 0]]
+    assert runtime.arrays.pointer(src) % 256
+    keys, values = runtime.encode(src)  # copied, not refused
+    assert len(keys) == runtime.spec.layers
+    outputs = {t.name: ALIGNED_HOST.empty((1 + int(np.prod(graphs.shape_of(t, {"batch": 2, "src_len": 6}))),),
+                                          graphs.resolve_dtype(t, "float32"))[1:].reshape(
+                                              graphs.shape_of(t, {"batch": 2, "src_len": 6}))
+               for t in runtime._enc_out}
+    with pytest.raises(TensorRTRuntimeError, match="is not 256-byte aligned"):
+        runtime.encoder.run({"src_ids": np.ascontiguousarray(src)}, outputs)

@@ -75,17 +75,45 @@ def profile_shapes(tensors: list[graphs.Tensor], opts: BuildOptions) -> dict[str
 
 
 def gpu_identity() -> dict:
-    """Name and compute capability of GPU 0, from nvidia-smi (present wherever the driver is)."""
+    """Name and compute capability of GPU 0, from the CUDA driver API (libcuda, every driver);
+    nvidia-smi's ``compute_cap`` field is the fallback (drivers before 510 do not have it)."""
+    found = _cuda_driver_identity()
+    if found is not None:
+        return found
     smi = shutil.which("nvidia-smi")
     if not smi:
-        raise TensorRTUnavailable("no NVIDIA driver found (nvidia-smi is missing)")
-    out = subprocess.run(
-        [smi, "--query-gpu=name,compute_cap", "--format=csv,noheader"], capture_output=True, text=True, timeout=30, check=True
-    ).stdout.strip().splitlines()
+        raise TensorRTUnavailable("no NVIDIA driver found (neither libcuda.so.1 nor nvidia-smi)")
+    try:
+        out = subprocess.run([smi, "--query-gpu=name,compute_cap", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30, check=True).stdout.strip().splitlines()
+    except subprocess.CalledProcessError as exc:
+        raise TensorRTUnavailable(f"cannot identify the GPU: libcuda.so.1 did not load and nvidia-smi failed "
+                                  f"({(exc.stderr or exc.stdout or '').strip()[:200]})") from exc
     if not out:
         raise TensorRTUnavailable("nvidia-smi lists no GPU")
     name, cap = (s.strip() for s in out[0].split(","))
     return {"gpu": name, "compute_capability": cap}
+
+
+def _cuda_driver_identity() -> dict | None:
+    """GPU 0's name and compute capability through the CUDA driver API (ctypes), or None where
+    libcuda is missing or finds no GPU."""
+    import ctypes  # noqa: PLC0415
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    device, major, minor = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    name = ctypes.create_string_buffer(256)
+    # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75, _MINOR = 76 (cuda.h)
+    calls = [lambda: cuda.cuInit(0), lambda: cuda.cuDeviceGet(ctypes.byref(device), 0),
+             lambda: cuda.cuDeviceGetName(name, len(name), device),
+             lambda: cuda.cuDeviceGetAttribute(ctypes.byref(major), 75, device),
+             lambda: cuda.cuDeviceGetAttribute(ctypes.byref(minor), 76, device)]
+    if any(call() != 0 for call in calls):
+        return None
+    return {"gpu": name.value.decode(errors="replace"), "compute_capability": f"{major.value}.{minor.value}"}
 
 
 def plan_metadata(onnx_path: Path, opts: BuildOptions, trt_version: str, gpu: dict) -> dict:
@@ -119,8 +147,17 @@ def _import_tensorrt():
     return trt
 
 
-# Layers kept in fp32 in an fp16 engine: their sums and exponentials overflow fp16.
-_FP32_LAYER_TYPES = ("NORMALIZATION", "SOFTMAX", "REDUCE")
+# Layers kept in fp32 in an fp16 engine: their sums and exponentials overflow fp16, and a
+# logarithm of a probability below fp16's ~6e-8 would be -inf. onnx-tensorrt imports ONNX
+# LogSoftmax as a softmax and a unary LOG, so the LOG (and the TopK reading its output, which
+# picks the candidates) must stay fp32 for the log-probs to.
+_FP32_LAYER_TYPES = ("NORMALIZATION", "SOFTMAX", "REDUCE", "TOPK")
+_FP32_UNARY_OPS = ("EXP", "LOG")
+
+
+def keeps_fp32(layer_type: str, unary_op: str | None = None) -> bool:
+    """Whether a layer (TensorRT LayerType name; UnaryOperation name for UNARY) stays fp32 in fp16 plans."""
+    return layer_type in _FP32_LAYER_TYPES or (layer_type == "UNARY" and unary_op in _FP32_UNARY_OPS)
 
 
 def build_engine(
@@ -148,13 +185,20 @@ def build_engine(
     if opts.fp16:
         config.set_flag(trt.BuilderFlag.FP16)
         config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
-        keep = {getattr(trt.LayerType, name) for name in _FP32_LAYER_TYPES}
+        kept = 0
         for i in range(network.num_layers):
             layer = network.get_layer(i)
-            if layer.type in keep:
+            op = None
+            if layer.type == trt.LayerType.UNARY:
+                layer.__class__ = trt.IUnaryLayer  # the Python API's documented downcast, to read .op
+                op = layer.op.name
+            if keeps_fp32(layer.type.name, op):
                 layer.precision = trt.float32
                 for j in range(layer.num_outputs):
                     layer.set_output_type(j, trt.float32)
+                kept += 1
+        log.info("fp16 plan: %d of %d layers kept in fp32 (%s, unary %s)", kept, network.num_layers,
+                 ", ".join(_FP32_LAYER_TYPES), ", ".join(_FP32_UNARY_OPS))
     profile = builder.create_optimization_profile()
     for name, (lo, mid, hi) in profile_shapes(inputs, opts).items():
         profile.set_shape(name, lo, mid, hi)

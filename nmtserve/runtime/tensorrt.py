@@ -109,8 +109,15 @@ class _Plan:
             if not self._warned_copy:
                 log.warning("%s: %s is not %d-byte aligned; copying it (once per call)", self.path.name, name, ALIGNMENT)
                 self._warned_copy = True
-            value = value.copy()
+            aligned = arrays.empty(value.shape, value.dtype)  # the backend's allocations are aligned
+            aligned[...] = value
+            value = aligned
         return value
+
+    def _bind(self, name: str, pointer: int) -> None:
+        if not self.context.set_tensor_address(name, pointer):
+            raise TensorRTRuntimeError(f"{self.path.name}: TensorRT refused the address {pointer:#x} for {name} "
+                                       f"(alignment {ALIGNMENT} bytes, or not a tensor of this engine)")
 
     def run(self, feeds: dict, outputs: dict) -> None:
         """Enqueue one execution on the backend's stream; ``outputs`` are device arrays of the right shapes."""
@@ -124,12 +131,16 @@ class _Plan:
             if not ctx.set_input_shape(name, tuple(value.shape)):
                 raise TensorRTRuntimeError(f"{self.path.name}: shape {tuple(value.shape)} of {name} is outside "
                                            "the plan's optimization profile")
-            ctx.set_tensor_address(name, arrays.pointer(value))
+            self._bind(name, arrays.pointer(value))
         for name, out in outputs.items():
             expected = tuple(ctx.get_tensor_shape(name))
             if expected != tuple(out.shape):
                 raise TensorRTRuntimeError(f"{self.path.name}: {name} has shape {expected}, expected {tuple(out.shape)}")
-            ctx.set_tensor_address(name, arrays.pointer(out))
+            pointer = arrays.pointer(out)
+            if pointer % ALIGNMENT:  # our own buffers: a misaligned one is a bug here, not a copy
+                raise TensorRTRuntimeError(f"{self.path.name}: output {name} at {pointer:#x} is not {ALIGNMENT}-byte "
+                                           "aligned")
+            self._bind(name, pointer)
         if not ctx.execute_async_v3(arrays.stream_handle()):
             raise TensorRTRuntimeError(f"{self.path.name}: TensorRT execution failed (see the TensorRT log)")
         # Everything runs on one stream, so CuPy's stream-ordered pool may reuse a freed upload only
