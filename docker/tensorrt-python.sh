@@ -26,13 +26,36 @@ if [ -z "$want" ]; then
     echo "tensorrt-python: no libnvinfer found in the image; pass --build-arg TENSORRT_VERSION=x.y.z" >&2
     exit 1
 fi
-have="$(python3 -c 'import tensorrt; print(tensorrt.__version__)' 2>/dev/null || true)"
+# The module name: `tensorrt` (full wheels, or the image's own), `tensorrt_bindings` (bindings only).
+version_of() {
+    python3 -c 'import importlib
+for name in ("tensorrt", "tensorrt_bindings"):
+    try:
+        print(importlib.import_module(name).__version__); break
+    except ImportError:
+        pass' 2>/dev/null || true
+}
+has_lib() {
+    python3 -c "import ctypes, sys; ctypes.CDLL(sys.argv[1])" "$1" 2>/dev/null
+}
+
+have="$(version_of)"
 if [ -z "$have" ]; then
     cuda_major="${CUDA_VERSION:-12}"
     cuda_major="${cuda_major%%.*}"
-    echo "tensorrt-python: installing the TensorRT ${want} Python bindings (CUDA ${cuda_major})" >&2
-    python3 -m pip install --no-cache-dir "tensorrt-cu${cuda_major}==${want}.*"
-    have="$(python3 -c 'import tensorrt; print(tensorrt.__version__)')"
+    major="${want%%.*}"
+    if has_lib "libnvinfer.so.${major}" && has_lib "libnvonnxparser.so.${major}"; then
+        # Bindings only (~1 MB): they load the image's libnvinfer and ONNX parser, so the plans
+        # are built and run by one TensorRT library. The `tensorrt-cu12` wheels would add a
+        # second ~1 GB copy of the libraries (and NVIDIA's index at build time).
+        echo "tensorrt-python: installing the TensorRT ${want} bindings over the image's libraries" >&2
+        python3 -m pip install --no-cache-dir --no-deps "tensorrt-cu${cuda_major}-bindings==${want}.*"
+    else
+        echo "tensorrt-python: the image has no libnvonnxparser.so.${major}: installing TensorRT ${want}" \
+             "with its own libraries (plans are then built with that copy; same version)" >&2
+        python3 -m pip install --no-cache-dir "tensorrt-cu${cuda_major}==${want}.*"
+    fi
+    have="$(version_of)"
 fi
 case "$have" in
     "$want" | "$want".*) echo "tensorrt-python: TensorRT ${have} (image libnvinfer ${want})" >&2 ;;

@@ -139,12 +139,10 @@ def environment_key() -> str:
         gpu_part = f"{gpu['gpu']}-sm{gpu['compute_capability']}"
     except (TensorRTUnavailable, subprocess.SubprocessError, OSError, ValueError):
         gpu_part = "unknown-gpu"
-    try:
-        import tensorrt  # noqa: PLC0415 - only in the GPU image
+    from ..runtime.tensorrt import tensorrt_module  # noqa: PLC0415
 
-        trt_part = f"trt{tensorrt.__version__}"
-    except ImportError:
-        trt_part = "trt-unknown"
+    trt = tensorrt_module()
+    trt_part = f"trt{trt.__version__}" if trt is not None else "trt-unknown"
     return re.sub(r"[^a-z0-9.]+", "-", f"{gpu_part}-{trt_part}".lower()).strip("-")
 
 

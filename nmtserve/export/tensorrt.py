@@ -140,10 +140,11 @@ def plan_is_current(plan: Path, expected: dict) -> tuple[bool, str]:
 
 
 def _import_tensorrt():
-    try:
-        import tensorrt as trt
-    except ImportError as exc:  # pragma: no cover - depends on the machine
-        raise TensorRTUnavailable("TensorRT is not installed: pip install 'nmtserve[gpu]' or use the NGC container") from exc
+    from ..runtime.tensorrt import tensorrt_module  # noqa: PLC0415 - one way to find TensorRT
+
+    trt = tensorrt_module()
+    if trt is None:  # pragma: no cover - depends on the machine
+        raise TensorRTUnavailable("TensorRT is not installed: pip install 'nmtserve[gpu]' or use the NGC container")
     return trt
 
 

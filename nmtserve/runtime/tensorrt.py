@@ -38,14 +38,27 @@ class TensorRTRuntimeError(RuntimeError):
     pass
 
 
+def tensorrt_module():
+    """The TensorRT Python module, or None: ``tensorrt`` (the full wheels), else
+    ``tensorrt_bindings`` (the bindings-only wheel the GPU image installs over its own
+    libnvinfer, docker/tensorrt-python.sh)."""
+    import importlib  # noqa: PLC0415
+
+    for name in ("tensorrt", "tensorrt_bindings"):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    return None
+
+
 def _import_tensorrt():
-    try:
-        import tensorrt as trt
-    except ImportError as exc:
+    trt = tensorrt_module()
+    if trt is None:
         raise TensorRTRuntimeError(
             "TensorRT is not installed: the GPU image installs the bindings matching its TensorRT "
             "(docker/tensorrt-python.sh); elsewhere pip install 'nmtserve[gpu]'"
-        ) from exc
+        )
     return trt
 
 
