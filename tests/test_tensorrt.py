@@ -32,6 +32,7 @@ def test_profiles_cover_every_decoder_input_with_ordered_shapes():
         assert all(a <= b <= c for a, b, c in zip(lo, mid, hi, strict=True))
         assert min(lo) >= 1  # no zero-length dims: step 0 uses a masked dummy past slot
     assert shapes["past_key"][2] == (100, 64, DIMS.layers, 4, 8)
+    assert shapes["past_key"][1][1] == 16 * 4  # tuned for the whole pool the engine binds, at beam 4
     assert shapes["cache_rows"][2] == (16, 4, 100)
     assert shapes["memory_key.1"][2] == (16, 4, 8, 128)
 

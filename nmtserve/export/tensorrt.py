@@ -54,7 +54,9 @@ def _axis_ranges(opts: BuildOptions) -> dict[str, tuple[int, int, int]]:
         "beam": (1, beam_opt, opts.max_beam),
         # past_len >= 1 always: step 0 runs with a masked dummy time slot (see transformer.py).
         "past_len": (1, max(1, opts.max_target_len // 4), opts.max_target_len),
-        "rows": (1, batch_opt * beam_opt, opts.max_batch * opts.max_beam),
+        # The engine binds its whole cache pool (the rows of every sentence it can hold at the
+        # default beam), not the rows of the sentences decoding now: tune for that.
+        "rows": (1, opts.max_batch * beam_opt, opts.max_batch * opts.max_beam),
         "src_len": (1, max(1, opts.max_source_len // 8), opts.max_source_len),
     }
 
