@@ -98,7 +98,7 @@ def _prepare(repository: Path, cache: Path, builder: StandinBuilder, monkeypatch
 
 
 def _plan_runs(repository: Path) -> str:
-    return json.loads((repository / "decoder" / "1" / engines.PLAN_FILE).read_text())["onnx"]
+    return json.loads((repository / "generate" / "1" / "decoder.plan").read_text())["onnx"]
 
 
 def test_the_export_ships_the_gate_set_with_fp32_translations(exported):

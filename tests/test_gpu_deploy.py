@@ -219,7 +219,7 @@ def _section(config: str, kind: str) -> list[tuple[str, str, list[int]]]:
     ("decoder", graphs.decoder_inputs(DIMS), graphs.decoder_outputs(DIMS)),
 ])
 def test_gpu_target_writes_tensorrt_plan_configs_with_the_graph_contract(model, inputs, outputs):
-    config, cls = model_configs(DIMS, RepositoryOptions(target="gpu"))[model]
+    config, cls = model_configs(DIMS, RepositoryOptions(target="gpu", graph_models=True))[model]
     assert cls is None  # no model.py: Triton's TensorRT backend runs the plan
     assert 'platform: "tensorrt_plan"' in config and "backend:" not in config
     assert "max_batch_size: 0" in config and "kind: KIND_GPU" in config
@@ -241,7 +241,20 @@ def test_gpu_target_runs_generate_on_the_tensorrt_plans_one_instance_per_gpu(tmp
     # The plan parameters are relative to generate/1 and name the plans the container places.
     version_dir = tmp_path / "generate" / "1"
     for model in ("encoder", "decoder"):
-        assert (version_dir / params[f"{model}_plan"]).resolve() == (tmp_path / model / "1" / engines.PLAN_FILE)
+        assert (version_dir / params[f"{model}_plan"]).resolve() == engines.plan_destinations(tmp_path, model)[0]
+
+
+def test_gpu_target_loads_no_second_copy_of_the_plans_unless_asked(tmp_path):
+    """generate deserializes its plans itself: the encoder/decoder TensorRT models (each another
+    copy of an engine in GPU memory, and another model whose failure stops the server) exist only
+    with graph_models, and then get the same plans too."""
+    write_repository(tmp_path, DIMS, {}, RepositoryOptions(target="gpu"))
+    assert not (tmp_path / "encoder").exists() and not (tmp_path / "decoder").exists()
+    assert engines.plans_needed(tmp_path) == ["encoder", "decoder"]
+    assert engines.plan_destinations(tmp_path, "decoder") == [tmp_path / "generate" / "1" / "decoder.plan"]
+    write_repository(tmp_path, DIMS, {}, RepositoryOptions(target="gpu", graph_models=True))
+    assert engines.plan_destinations(tmp_path, "decoder") == [tmp_path / "generate" / "1" / "decoder.plan",
+                                                               tmp_path / "decoder" / "1" / engines.PLAN_FILE]
 
 
 def test_cpu_target_runs_generate_in_process_on_the_cpu():
@@ -256,7 +269,7 @@ def test_gpu_target_can_run_without_tensorrt_on_onnx_runtime_cuda(tmp_path):
     config = model_configs(DIMS, opts)["generate"][0]
     assert _params(config)["step_backend"] == "onnxruntime-cuda" and "kind: KIND_GPU" in config
     write_repository(tmp_path, DIMS, {}, opts)
-    assert engines.tensorrt_models(tmp_path) == []  # no plan to build at container start
+    assert engines.plans_needed(tmp_path) == []  # no plan to build at container start
 
 
 @pytest.mark.parametrize("target, backend, message", [
@@ -354,7 +367,7 @@ def test_plans_are_built_in_the_cache_and_copied_into_the_repository(tmp_path, f
     assert [(p.model, p.built, p.copied) for p in placed] == [("encoder", True, True), ("decoder", True, True)]
     for p in placed:
         assert p.cached == tmp_path / "cache" / "fake-gpu-sm9.0-trt10.5.0" / f"{p.model}.plan"
-        assert p.placed == repo / p.model / "1" / "model.plan"
+        assert p.placed == repo / "generate" / "1" / f"{p.model}.plan"
         assert p.placed.read_bytes() == p.cached.read_bytes()
         assert json.loads(metadata_path(p.placed).read_text())["gpu"] == "Fake GPU"
 
@@ -384,7 +397,7 @@ def test_a_changed_onnx_graph_rebuilds_and_replaces_only_that_plan(tmp_path, fak
     again = _prepare(repo, tmp_path / "cache")
     assert fake_build.built == ["encoder", "decoder", "decoder"]
     assert [(p.model, p.built, p.copied) for p in again] == [("encoder", False, False), ("decoder", True, True)]
-    assert b"re-exported decoder" in (repo / "decoder" / "1" / "model.plan").read_bytes()
+    assert b"re-exported decoder" in (repo / "generate" / "1" / "decoder.plan").read_bytes()
 
 
 def test_a_new_tensorrt_version_rebuilds_in_place(tmp_path, monkeypatch):
@@ -407,10 +420,10 @@ def test_another_gpu_gets_its_own_cache_folder_and_the_first_is_kept(tmp_path, f
 def test_a_replaced_plan_in_the_repository_is_restored_from_the_cache(tmp_path, fake_build):
     repo = _repository(tmp_path / "models")
     _prepare(repo, tmp_path / "cache")
-    (repo / "encoder" / "1" / "model.plan").write_bytes(b"a plan for another GPU")
+    (repo / "generate" / "1" / "encoder.plan").write_bytes(b"a plan for another GPU")
     again = _prepare(repo, tmp_path / "cache")
     assert [(p.model, p.built, p.copied) for p in again] == [("encoder", False, True), ("decoder", False, False)]
-    assert (repo / "encoder" / "1" / "model.plan").read_bytes() == again[0].cached.read_bytes()
+    assert (repo / "generate" / "1" / "encoder.plan").read_bytes() == again[0].cached.read_bytes()
 
 
 @pytest.mark.parametrize("spec_fp16, precision, fp16", [
@@ -435,7 +448,7 @@ def test_main_builds_and_places_the_plans(tmp_path, fake_build):
     repo = _repository(tmp_path / "models", spec={**SPEC, "fp16": True})
     assert engines.main(["--repository", str(repo), "--cache", str(tmp_path / "cache")]) == 0
     assert [c["opts"].fp16 for c in fake_build.calls] == [True, True]
-    assert (repo / "encoder" / "1" / "model.plan").is_file() and (repo / "decoder" / "1" / "model.plan").is_file()
+    assert (repo / "generate" / "1" / "encoder.plan").is_file() and (repo / "generate" / "1" / "decoder.plan").is_file()
 
 
 def test_main_passes_precision_and_force(tmp_path, fake_build):
@@ -472,7 +485,7 @@ def test_main_fails_and_places_nothing_when_a_build_fails(tmp_path, monkeypatch,
     repo = _repository(tmp_path / "models")
     assert engines.main(["--repository", str(repo), "--cache", str(tmp_path / "cache")]) == 1
     assert "failed to build encoder.plan" in caplog.text
-    assert not (repo / "encoder" / "1" / "model.plan").exists()
+    assert not (repo / "generate" / "1" / "encoder.plan").exists()
 
 
 # ---- the export pipeline -----------------------------------------------------------------------------
@@ -485,7 +498,7 @@ def test_export_target_gpu_writes_the_tensorrt_repository(tmp_path):
     report = export(ROOT / "models" / "en-fr-numbers",
                     ExportOptions(repository=repo, target="gpu", skip_parity=True, max_source_len=64,
                                   max_target_len=64, max_batch=8))
-    assert engines.tensorrt_models(repo) == ["encoder", "decoder"]
+    assert engines.plans_needed(repo) == ["encoder", "decoder"] and engines.tensorrt_models(repo) == []
     assert (repo / "generate" / "1" / "encoder.onnx").is_file()
     assert "built for the GPU present when the container starts" in report.summary()
     assert _params((repo / "generate" / "config.pbtxt").read_text())["step_backend"] == "tensorrt"

@@ -1,11 +1,12 @@
 """TensorRT plans for a GPU model repository, built when the container starts.
 
 ``python -m nmtserve.export.engines --repository /models --cache /cache`` runs in
-``docker/entrypoint.sh`` before ``tritonserver``. Every graph model whose ``config.pbtxt`` asks for
-``platform: "tensorrt_plan"`` (``encoder`` and ``decoder`` of ``nmtserve export --target gpu``) gets
-a plan built from ``generate/1/<model>.onnx`` by ``tensorrt.build_engine``, with the
-optimization profile and precision of the export (``generate/1/model.json``). Plans live in
-the cache volume and are copied to ``<model>/1/model.plan``.
+``docker/entrypoint.sh`` before ``tritonserver``. ``generate`` of
+``nmtserve export --target gpu`` runs TensorRT plans of both graphs: each is built from
+``generate/1/<graph>.onnx`` by ``tensorrt.build_engine``, with the optimization profile and
+precision of the export (``generate/1/model.json``), kept in the cache volume and copied to
+``generate/1/<graph>.plan`` (and to ``<graph>/1/model.plan`` when the export also serves the
+graphs as TensorRT models, ``--graph-models``).
 
 A plan only runs on the GPU model and the TensorRT version that built it, so the cache has one
 folder per GPU and TensorRT version (a volume that moves between machines keeps what it built),
@@ -75,7 +76,7 @@ class EngineSetupError(RuntimeError):
 class PlacedPlan:
     model: str
     cached: Path  # the plan in the cache volume
-    placed: Path  # <repository>/<model>/1/model.plan
+    placed: Path  # <repository>/generate/1/<model>.plan (and copies: plan_destinations)
     built: bool  # built in this run (False: the cached plan was current)
     copied: bool  # copied into the repository in this run (False: an identical copy was there)
 
@@ -87,6 +88,23 @@ def tensorrt_models(repository: Path) -> list[str]:
         config = repository / model / "config.pbtxt"
         if config.is_file() and _TENSORRT_PLATFORM.search(config.read_text(encoding="utf-8")):
             out.append(model)
+    return out
+
+
+def plans_needed(repository: Path) -> list[str]:
+    """The graphs that need plans: all of them when ``generate`` runs on TensorRT (its config
+    names ``encoder_plan``) or a graph model is a TensorRT model."""
+    config = repository / "generate" / "config.pbtxt"
+    generate = config.is_file() and '"encoder_plan"' in config.read_text(encoding="utf-8")
+    return list(GRAPH_INPUTS) if generate or tensorrt_models(repository) else []
+
+
+def plan_destinations(repository: Path, model: str) -> list[Path]:
+    """Where a graph's plan goes: ``generate/1/<graph>.plan`` (what generate loads), and the
+    graph model's ``1/model.plan`` when it is served as a TensorRT model."""
+    out = [repository / ARTIFACTS / f"{model}.plan"]
+    if model in tensorrt_models(repository):
+        out.append(repository / model / "1" / PLAN_FILE)
     return out
 
 
@@ -251,7 +269,7 @@ def prepare_plans(repository: Path, cache: Path, *, environment: str, precision:
     if not repository.is_dir():
         raise EngineSetupError(f"model repository {repository} does not exist (is ./model_repository mounted?)")
     spec = read_spec(repository)
-    models = tensorrt_models(repository)
+    models = plans_needed(repository)
     if not models:
         log.info("no model in %s asks for a TensorRT plan (exported with --target cpu?): nothing to build",
                  repository)
@@ -305,11 +323,11 @@ def _build_and_place(repository: Path, folder: Path, models: list[str], spec: di
         if not cached.is_file():
             raise EngineSetupError(f"building the {model} plan left no file at {cached}")
         built = before is None or cached.stat().st_mtime_ns != before
-        destination = repository / model / "1" / PLAN_FILE
-        copied = place_plan(cached, destination)
+        destinations = plan_destinations(repository, model)
+        copied = [place_plan(cached, d) for d in destinations]
         log.info("%s: %s plan %s -> %s", model, "built" if built else "reused", cached,
-                 destination if copied else f"{destination} (already in place)")
-        placed.append(PlacedPlan(model, cached, destination, built, copied))
+                 ", ".join(str(d) if c else f"{d} (already in place)" for d, c in zip(destinations, copied, strict=True)))
+        placed.append(PlacedPlan(model, cached, destinations[0], built, any(copied)))
     return placed
 
 

@@ -8,12 +8,13 @@ Layout (``--name translate``)::
       1/               batcher over encoder.onnx decoder.onnx (model.json source.spm [target.spm vocab.json])
     detokenize/        Python: sentencepiece
     encoder/ decoder/  the graphs themselves, for users who run their own loop (``graph_models``;
-                       always on the gpu target, where they hold the TensorRT plans)
+                       on the gpu target as TensorRT plan models)
 
-``target="gpu"`` writes ``encoder`` / ``decoder`` as TensorRT models (``platform: "tensorrt_plan"``)
-whose ``1/model.plan`` is built for the GPU present when the container starts
-(``nmtserve.export.engines``), and ``generate`` runs those same plans itself
-(``step_backend: tensorrt``, one instance per GPU) with its cache pool on the GPU.
+``target="gpu"``: ``generate`` runs TensorRT plans itself (``step_backend: tensorrt``, one
+instance per GPU, its cache pool on the GPU) from ``generate/1/encoder.plan`` and
+``decoder.plan``, built for the GPU present when the container starts
+(``nmtserve.export.engines``); with ``graph_models`` the same plans are also served as TensorRT
+models ``encoder`` / ``decoder`` (``platform: "tensorrt_plan"``, ``1/model.plan``).
 
 Every model.py is a one-line hand-over to ``nmtserve.server.triton_models``; artifacts live
 once, in ``generate/1``, and the other models point at them with an ``artifacts``
@@ -38,7 +39,10 @@ OPTIONAL_ARTIFACTS = (REPORT_FILE, GATE_FILE)
 TARGETS = ("cpu", "gpu")
 DEFAULT_STEP_BACKEND = {"cpu": "inprocess", "gpu": "tensorrt"}
 # generate's plans on the gpu target: the ones Triton's TensorRT backend serves as encoder/decoder.
-PLAN_PARAMS = {"encoder_plan": "../../encoder/1/model.plan", "decoder_plan": "../../decoder/1/model.plan"}
+# generate's plans on the gpu target, in its own folder (built there at container start): the
+# engine deserializes them itself, so Triton loads the `encoder`/`decoder` plan models only when
+# the export asks for them (--graph-models), not a second copy of every engine by default.
+PLAN_PARAMS = {"encoder_plan": "encoder.plan", "decoder_plan": "decoder.plan"}
 _TRITON_TYPES = {"int32": "TYPE_INT32", "int64": "TYPE_INT64", "bool": "TYPE_BOOL", "float32": "TYPE_FP32",
                  "float16": "TYPE_FP16"}
 
@@ -175,10 +179,10 @@ def model_configs(dims: graphs.Dims, opts: RepositoryOptions) -> dict[str, tuple
     graph_models: dict[str, tuple[str, str | None]]
     # TensorRT plans unless the GPU engine was asked to run without TensorRT (onnxruntime-cuda):
     # then nothing in the repository needs a plan and the container builds none.
-    if opts.target == "gpu" and opts.step_backend != "onnxruntime-cuda":
-        graph_models = {name: (_tensorrt_model(name, *io), None) for name, io in graph_io.items()}
-    elif not (opts.graph_models or opts.step_backend == "bls"):
+    if not (opts.graph_models or opts.step_backend == "bls"):
         graph_models = {}
+    elif opts.target == "gpu" and opts.step_backend != "onnxruntime-cuda":
+        graph_models = {name: (_tensorrt_model(name, *io), None) for name, io in graph_io.items()}
     else:
         graph_models = {
             name: (_python_model(name, *io, params={**art, "graph": f"{name}.onnx"}), "OnnxGraphModel")
