@@ -167,6 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also serve the encoder/decoder graphs as Triton models `encoder`/`decoder` for custom "
                         "decode loops (CPU target; a process and a copy of the weights each)")
 
+    sub.add_parser("gpu-check", add_help=False,
+                   help="check the TensorRT path of an exported GPU repository against ONNX Runtime (in the GPU "
+                        "image; `nmtserve gpu-check --help`)")
+
     p = sub.add_parser(
         "serve", help="start the embedded CPU tritonserver on a model repository",
         description="Runs the real tritonserver shipped in the nvidia-pytriton wheel on a repository written by "
@@ -185,6 +189,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["gpu-check"]:  # its own parser (torch-free module, runs in the GPU image)
+        from .export.gpucheck import main as gpu_check
+
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        return gpu_check(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2) if args.verbose else logging.INFO

@@ -28,6 +28,7 @@ _ORT_TYPES = {"tensor(float)": np.dtype(np.float32), "tensor(float16)": np.dtype
               "tensor(bool)": np.dtype(np.bool_)}
 
 
+__version__ = "10.5.0-standin"
 ALIGNMENT = 256  # what TensorRT requires of every bound I/O address
 
 

@@ -194,7 +194,8 @@ def test_gpu_image_modules_import_without_tensorrt_or_torch():
 
 # The modules the GPU image runs: serving, the plan build and the GPU runtimes.
 GPU_IMAGE_CODE = ["nmtserve/runtime", "nmtserve/decoding", "nmtserve/graphs.py", "nmtserve/export/tensorrt.py",
-                  "nmtserve/export/engines.py", "nmtserve/export/repository.py", "nmtserve/export/quality.py", "nmtserve/server/engine.py",
+                  "nmtserve/export/engines.py", "nmtserve/export/repository.py", "nmtserve/export/quality.py",
+                  "nmtserve/export/gpucheck.py", "nmtserve/server/engine.py",
                   "nmtserve/server/triton_models.py", "nmtserve/server/protocol.py", "nmtserve/model/tokenizer.py"]
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 import onnxruntime as ort
@@ -66,11 +67,21 @@ class OnnxModel:
         return dict(zip(names, self.decoder.run(names, feeds), strict=True))
 
 
+class StepRunner(Protocol):
+    """What ``OnnxStepModel`` drives: ``OnnxModel``, or a device runtime seen from the host
+    (``nmtserve.export.gpucheck.HostView``)."""
+
+    spec: ModelSpec
+    _float: Any
+
+    def run_step(self, feeds: dict[str, np.ndarray], outputs: Sequence[str]) -> dict[str, np.ndarray]: ...
+
+
 class OnnxStepModel:
     """``nmtserve.decoding.StepModel`` over ``OnnxModel`` for one batch decoded in lockstep: the
     full log-probs every step (what the parity check compares with PyTorch)."""
 
-    def __init__(self, model: OnnxModel, memory_keys: list[np.ndarray], memory_values: list[np.ndarray],
+    def __init__(self, model: StepRunner, memory_keys: list[np.ndarray], memory_values: list[np.ndarray],
                  src_mask: np.ndarray, beam: int, max_steps: int):
         spec = model.spec
         if max_steps > spec.max_positions:
