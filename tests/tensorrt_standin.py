@@ -138,6 +138,7 @@ class _Context:
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.addresses: dict[str, int] = {}
         self.executions = 0
+        self.streams: set[int] = set()  # the stream handles executions were enqueued on
 
     def set_input_shape(self, name: str, shape) -> bool:
         lo, _, hi = self.engine.profile[name]
@@ -164,6 +165,7 @@ class _Context:
         return True
 
     def execute_async_v3(self, stream_handle: int) -> bool:
+        self.streams.add(int(stream_handle))
         engine = self.engine
         feeds = {}
         for t, mode in engine.io:

@@ -272,3 +272,26 @@ def test_misaligned_inputs_are_copied_and_misaligned_outputs_refused(standin, ti
                for t in runtime._enc_out}
     with pytest.raises(TensorRTRuntimeError, match="is not 256-byte aligned"):
         runtime.encoder.run({"src_ids": np.ascontiguousarray(src)}, outputs)
+
+
+def test_every_execution_is_enqueued_on_the_array_backends_stream(standin, tiny_graphs, tmp_path):
+    """The stand-in runs at once, but TensorRT only enqueues: the plans must run on the one stream
+    the cache pool's copies and the downloads (CupyArrays.asnumpy, blocking on it) are ordered on,
+    never on the default stream."""
+    from test_device_arrays import RecordingDevice
+    from test_export_parity import sources
+
+    from nmtserve.decoding.search import SearchOptions
+    from nmtserve.server.engine import InflightBatcher
+
+    class OnStream(RecordingDevice):
+        def stream_handle(self) -> int:
+            return 0x5EED
+
+    model = tiny_graphs[0]
+    runtime = standin_model(standin, tiny_graphs, tmp_path, arrays=OnStream())
+    engine = InflightBatcher(runtime, max_sentences=4, max_beam=4).start()
+    engine.translate(sources(4, model.config.src_vocab_size, seed=9), SearchOptions(beam_size=2, max_length=8),
+                     timeout=60)
+    engine.stop()
+    assert runtime.encoder.context.streams == {0x5EED} and runtime.decoder.context.streams == {0x5EED}
