@@ -11,7 +11,7 @@ import logging
 import sys
 from pathlib import Path
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+from .exitcodes import EXIT_ERROR, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE  # noqa: F401 - re-exported
 
 
 def _add_search_options(p: argparse.ArgumentParser) -> None:

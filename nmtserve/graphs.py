@@ -15,6 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# The widest beam a repository serves unless the export's --beam-size is wider: the decoder's
+# TopK width (2 * max_beam + 1), the TensorRT profile's beam axis and the engine's limit follow it.
+DEFAULT_MAX_BEAM = 8
+
 
 @dataclass(frozen=True)
 class Tensor:
@@ -31,7 +35,7 @@ class Dims:
     heads: int
     d_k: int
     vocab: int
-    max_beam: int = 8  # widest beam served: the decoder returns each hypothesis' best 2 * max_beam + 1 tokens
+    max_beam: int = DEFAULT_MAX_BEAM  # widest beam served: the decoder returns each hypothesis' best 2 * max_beam + 1 tokens
 
     @property
     def candidates(self) -> int:

@@ -56,6 +56,7 @@ never sends blank sentences, and reports ``TEXT[i]`` as the caller's input posit
 """
 
 from ._async import AsyncTranslator
+from ._protocol import Options
 from ._results import Hypothesis, Translation
 from ._sync import Translator
 from .errors import (
@@ -73,6 +74,7 @@ __all__ = [
     "Hypothesis",
     "InvalidInputError",
     "ModelNotFoundError",
+    "Options",
     "ProtocolMismatchError",
     "ServerError",
     "ServerUnavailableError",

@@ -89,15 +89,15 @@ class AsyncTranslator(BaseTranslator):
         on_error: str = "raise",
     ) -> AsyncIterator[Translation]:
         """See Translator.translate_iter (``async for`` over it)."""
-        batches = self._iter_batches(
+        batches = self.translate_batches(
             texts, Options(beam_size, max_length, length_penalty, num_hypotheses), on_error
         )
         return _flatten(batches)
 
-    def _iter_batches(
+    def translate_batches(
         self, texts: str | Iterable[str], options: Options, on_error: str = "raise"
     ) -> AsyncIterator[list[Translation]]:
-        """See Translator._iter_batches."""
+        """See Translator.translate_batches (``async for`` over it)."""
         self._check_open()
         job, deadline = self._start(texts, options, on_error)
         return self._run(job, options, deadline)

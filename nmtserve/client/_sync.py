@@ -119,16 +119,17 @@ class Translator(BaseTranslator):
     ) -> Iterator[Translation]:
         """Like translate(), but yields the translations in input order as soon as they and all
         before them are done, and reads ``texts`` lazily (a file object works)."""
-        batches = self._iter_batches(
+        batches = self.translate_batches(
             texts, Options(beam_size, max_length, length_penalty, num_hypotheses), on_error
         )
         return _flatten(batches)
 
-    def _iter_batches(
+    def translate_batches(
         self, texts: str | Iterable[str], options: Options, on_error: str = "raise"
     ) -> Iterator[list[Translation]]:
-        """The results in input order, a list each time the in-order prefix grows (what the
-        CLI writes and flushes at once)."""
+        """Like translate_iter, but a list each time the in-order prefix grows (a streaming writer
+        flushes each at once, as ``nmtserve translate`` does); ``options`` is an
+        ``nmtserve.client.Options`` (decoding options, checked when it is made)."""
         self._check_open()
         job, deadline = self._start(texts, options, on_error)
         return self._run(job, options, deadline)

@@ -24,7 +24,7 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from ..cli import EXIT_ERROR, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
+from ..exitcodes import EXIT_ERROR, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from . import _constants as C
 from ._protocol import Options
 from ._results import Translation
@@ -270,7 +270,7 @@ def _translate_all(
     on_error = getattr(args, "on_error", "fail")
     position = rejected = 0
     try:
-        with closing(translator._iter_batches(inputs.lines, options, "return")) as batches:
+        with closing(translator.translate_batches(inputs.lines, options, "return")) as batches:
             for batch in batches:
                 out = []
                 stop = False
@@ -312,7 +312,7 @@ def _interactive(
     code = EXIT_OK
     for line in _lines(stdin):
         try:
-            batches = translator._iter_batches([line], options)
+            batches = translator.translate_batches([line], options)
             translation = [t for batch in batches for t in batch][0]
         except TranslationError as exc:
             _report(stderr, exc.message)

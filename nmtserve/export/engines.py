@@ -128,7 +128,7 @@ def build_options(spec: dict, precision: str = "export", workspace_mb: int | Non
         raise EngineSetupError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     fp16 = bool(spec.get("fp16", False)) if precision == "export" else precision == "fp16"
     # The beam axis must cover the widest beam the server accepts: the export serves max(8, beam_size).
-    max_beam = int(spec.get("max_beam", max(8, int(spec.get("beam_size", 4)))))
+    max_beam = int(spec.get("max_beam", max(graphs.DEFAULT_MAX_BEAM, int(spec.get("beam_size", 4)))))
     extra = {"workspace_mb": workspace_mb} if workspace_mb else {}
     try:
         return BuildOptions(max_batch=int(spec["max_batch"]), max_beam=max_beam,
@@ -141,7 +141,7 @@ def build_options(spec: dict, precision: str = "export", workspace_mb: int | Non
 def spec_dims(spec: dict) -> graphs.Dims:
     try:
         return graphs.Dims(layers=int(spec["layers"]), heads=int(spec["heads"]), d_k=int(spec["d_k"]),
-                           vocab=int(spec["vocab"]), max_beam=int(spec.get("max_beam", 8)))
+                           vocab=int(spec["vocab"]), max_beam=int(spec.get("max_beam", graphs.DEFAULT_MAX_BEAM)))
     except KeyError as exc:
         raise EngineSetupError(f"{SPEC_FILE} lacks {exc.args[0]!r}; re-export the model with this nmtserve") from exc
 

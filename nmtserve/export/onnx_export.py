@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 OPSET = 17
 
 
-def dims_of(model: Transformer, max_beam: int = 8) -> graphs.Dims:
+def dims_of(model: Transformer, max_beam: int = graphs.DEFAULT_MAX_BEAM) -> graphs.Dims:
     c = model.config
     return graphs.Dims(layers=c.decoder_layers, heads=c.h, d_k=c.d_k, vocab=c.tgt_vocab_size, max_beam=max_beam)
 
@@ -101,7 +101,7 @@ def export_encoder(model: Transformer, path: Path) -> Path:
     return path
 
 
-def export_decoder(model: Transformer, path: Path, max_beam: int = 8) -> Path:
+def export_decoder(model: Transformer, path: Path, max_beam: int = graphs.DEFAULT_MAX_BEAM) -> Path:
     model.eval()
     d = dims_of(model, max_beam)
     _export(DecoderGraph(model, d), example_decoder_inputs(model), path, graphs.decoder_inputs(d), graphs.decoder_outputs(d))

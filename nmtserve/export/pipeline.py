@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import graphs
 from ..decoding.search import SearchOptions
 from ..model.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from ..runtime.onnxruntime import OnnxModel
@@ -148,7 +149,7 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
     try:  # option mistakes fail before any slow stage
         opts.check()
         repo_opts = RepositoryOptions(name=opts.name, max_batch=opts.max_batch,
-                                      max_beam=max(8, opts.beam_size), target=opts.target,
+                                      max_beam=max(graphs.DEFAULT_MAX_BEAM, opts.beam_size), target=opts.target,
                                       step_backend=opts.step_backend, graph_models=opts.graph_models,
                                       **opts.limits)
     except (ValueError, TypeError) as exc:

@@ -32,7 +32,7 @@ class TensorRTUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class BuildOptions:
     max_batch: int = 64  # sentences per call
-    max_beam: int = 8
+    max_beam: int = graphs.DEFAULT_MAX_BEAM
     max_source_len: int = 256
     max_target_len: int = 256
     fp16: bool = False

@@ -36,7 +36,7 @@ class ModelSpec:
     precision: str = "fp32"
     # TensorRT build choices of the export (nmtserve.export.engines reads them at container start).
     fp16: bool = False
-    max_beam: int = 8  # widest beam the server accepts; the decoder profile's beam axis covers it
+    max_beam: int = graphs.DEFAULT_MAX_BEAM  # widest beam the server accepts; the decoder profile's beam axis covers it
     tokenizer: dict = field(default_factory=dict)  # file names relative to the spec's folder
     hashes: dict = field(default_factory=dict)  # sha256 of the graphs, for stale-engine checks
 

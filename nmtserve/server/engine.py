@@ -146,7 +146,7 @@ class QueueLimits:
 class InflightBatcher:
     """Runs the decode loop in a background thread; ``submit`` from any thread."""
 
-    def __init__(self, runtime: StepRuntime, max_sentences: int | None = None, max_beam: int = 8,
+    def __init__(self, runtime: StepRuntime, max_sentences: int | None = None, max_beam: int = graphs.DEFAULT_MAX_BEAM,
                  pool_slack: int = 64, limits: QueueLimits | None = None):
         spec = runtime.spec
         self.limits = limits or QueueLimits()
@@ -557,7 +557,8 @@ class EnginePool:
     busy without ORT's spinning worker threads (which fight the loops' Python threads for the
     cores, see DESIGN.md). GPU runtimes use one loop (``workers=1``)."""
 
-    def __init__(self, runtime: StepRuntime, workers: int, max_sentences: int | None = None, max_beam: int = 8,
+    def __init__(self, runtime: StepRuntime, workers: int, max_sentences: int | None = None,
+                 max_beam: int = graphs.DEFAULT_MAX_BEAM,
                  pool_slack: int = 64, limits: QueueLimits | None = None):
         total = max_sentences or runtime.spec.max_batch
         share = max(1, -(-total // workers))

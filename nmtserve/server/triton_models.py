@@ -396,8 +396,9 @@ class OnnxGraphModel:
             else:
                 try:
                     results = self.session.run(self.outputs, feeds)
-                except Exception as exc:  # shape or type errors from ORT name the input
-                    out.append(pb_utils.InferenceResponse(error=_error(str(exc))))
+                except Exception as exc:  # ORT names the input; only its InvalidArgument is the caller's fault
+                    out.append(pb_utils.InferenceResponse(
+                        error=_error(str(exc), invalid=type(exc).__name__ == "InvalidArgument")))
                     continue
                 out.append(pb_utils.InferenceResponse(
                     output_tensors=[pb_utils.Tensor(n, r) for n, r in zip(self.outputs, results, strict=True)]
