@@ -24,13 +24,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import graphs
 from ..decoding.search import SearchOptions
 from ..graphs import pad_batch
+from ..runtime.factory import step_runtime
 from .launcher import DRAIN_ENV
 from .protocol import (
     OPTION_INPUTS,
-    STEP_BACKENDS,
     InputError,
     decode_texts,
     parse_search_options,
@@ -198,7 +197,7 @@ class GenerateModel:
         self.max_beam = int(params.get("max_beam", self.spec.max_beam))
         backend = params.get("step_backend", "inprocess")
         workers, threads = cpu_layout(backend, int(params.get("workers", "0")), int(params.get("intra_op_threads", "0")))
-        runtime = _step_runtime(params, version_dir, folder, self.spec, threads,
+        runtime = step_runtime(params, version_dir, folder, self.spec, threads,
                                 device_id=int(args.get("model_instance_device_id") or 0))
         max_sentences = int(params.get("max_batch", self.spec.max_batch))
         limits = queue_limits(params)
@@ -339,35 +338,6 @@ def cpu_layout(backend: str, workers: int = 0, threads: int = 0, cores: int | No
     return workers, threads or max(1, cores // workers)
 
 
-def _step_runtime(params: dict, version_dir: Path, folder: Path, spec, threads: int | None, device_id: int = 0):
-    """The engine's runtime for its ``step_backend`` parameter (``protocol.STEP_BACKENDS``)."""
-    backend = params.get("step_backend", "inprocess")
-    encoder, decoder = folder / "encoder.onnx", folder / "decoder.onnx"
-    if backend == "inprocess":
-        from ..runtime.onnxruntime import OnnxModel
-
-        # Optional ONNX Runtime providers in preference order; the arrays stay on the host.
-        providers = [p.strip() for p in params.get("providers", "").split(",") if p.strip()] or None
-        runtime = OnnxModel(encoder, decoder, spec, threads=threads, providers=providers)
-        if providers and runtime.decoder.get_providers()[0] != providers[0]:
-            log.warning("generate: %s is unavailable here; running on %s", providers[0],
-                        runtime.decoder.get_providers())
-        return runtime
-    if backend == "tensorrt":  # pragma: no cover - needs CUDA and TensorRT
-        from ..runtime.tensorrt import TensorRTModel
-
-        return TensorRTModel((version_dir / params["encoder_plan"]).resolve(),
-                             (version_dir / params["decoder_plan"]).resolve(), spec, device_id=device_id)
-    if backend == "onnxruntime-cuda":  # pragma: no cover - needs CUDA
-        from ..runtime.arrays import CupyArrays
-        from ..runtime.onnxruntime import OnnxBoundModel
-
-        return OnnxBoundModel(encoder, decoder, spec, arrays=CupyArrays(device_id), threads=threads)
-    if backend == "bls":
-        return BlsRuntime(spec)
-    raise ValueError(f"generate: step_backend must be one of {', '.join(STEP_BACKENDS)}, got {backend!r}")
-
-
 class OnnxGraphModel:
     """``encoder`` / ``decoder`` on CPU: one ONNX Runtime session behind Triton (the onnxruntime
     backend is not in the nvidia-pytriton wheel). Inputs and outputs are the graph's own."""
@@ -404,34 +374,3 @@ class OnnxGraphModel:
                     output_tensors=[pb_utils.Tensor(n, r) for n, r in zip(self.outputs, results, strict=True)]
                 ))
         return out
-
-
-class BlsRuntime:
-    """The engine's runtime through BLS calls to the ``encoder`` / ``decoder`` models.
-
-    The alternative to in-process ONNX Runtime (``step_backend: bls``), measured in bench/:
-    every step ships the cache window and cross K/V to another model through shared memory.
-    """
-
-    def __init__(self, spec):
-        self.spec = spec
-        self._enc_out = [t.name for t in graphs.encoder_outputs(spec.dims)]
-
-    def _call(self, model: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> list[np.ndarray]:
-        request = pb_utils.InferenceRequest(
-            model_name=model,
-            inputs=[pb_utils.Tensor(k, np.ascontiguousarray(v)) for k, v in feeds.items()],
-            requested_output_names=outputs,
-        )
-        response = request.exec()
-        if response.has_error():
-            raise RuntimeError(f"{model}: {response.error().message()}")
-        return [pb_utils.get_output_tensor_by_name(response, n).as_numpy() for n in outputs]
-
-    def encode(self, src_ids: np.ndarray):
-        out = self._call("encoder", {"src_ids": src_ids.astype(np.int32)}, self._enc_out)
-        return graphs.split_memory(dict(zip(self._enc_out, out, strict=True)), self.spec.layers)
-
-    def run_step(self, feeds: dict[str, np.ndarray], outputs=graphs.STEP_OUTPUTS) -> dict[str, np.ndarray]:
-        names = list(outputs)
-        return dict(zip(names, self._call("decoder", feeds, names), strict=True))
