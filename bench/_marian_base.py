@@ -3,7 +3,7 @@
 Built here, no downloads (as tests/test_marian.py builds its Marian checkpoints):
 
 * tokenizer: one sentencepiece model trained on generated English/French text
-  (``nmtserve.model.corpus.generate_pairs``), plus filler pieces ``▁w00000``, ``▁w00001`` ...
+  (``nmtserve.demo.corpus.generate_pairs``), plus filler pieces ``▁w00000``, ``▁w00001`` ...
   added as user-defined symbols so that the vocabulary has opus-mt's 58,101 entries and every
   id decodes to a piece (a random model mostly emits fillers: "w03121 w40007 ...");
   ``vocab.json`` is laid out as opus-mt's: ``</s>`` 0, ``<unk>`` 1, pieces, ``<pad>`` 58100;
@@ -42,7 +42,7 @@ Decoder = Callable[[list[list[int]]], list[list[int]]]  # id lists -> best token
 
 def base_sentences(n: int, seed: int = 11) -> list[str]:
     """n generated English sentences (the source side of generate_pairs)."""
-    from nmtserve.model.corpus import generate_pairs
+    from nmtserve.demo.corpus import generate_pairs
 
     return [src for src, _ in generate_pairs(n, seed)]
 
@@ -51,7 +51,7 @@ def write_tokenizer_files(directory: Path, seed: int = 7) -> None:
     """source.spm = target.spm (trained + filler pieces) and a 58,101-entry vocab.json."""
     import sentencepiece as spm
 
-    from nmtserve.model.corpus import generate_pairs
+    from nmtserve.demo.corpus import generate_pairs
 
     texts = [text for pair in generate_pairs(2000, seed) for text in pair]
     fillers = [f"\u2581w{i:05d}" for i in range(VOCAB_SIZE)]

@@ -23,7 +23,7 @@ def _add_search_options(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from .model.train import TrainOptions, train
+    from .demo.train import TrainOptions, train
 
     opts = TrainOptions(output=Path(args.output), max_minutes=args.minutes, train_size=args.train_size, seed=args.seed,
                         max_steps=args.max_steps, resume=args.resume)

@@ -1,4 +1,4 @@
-"""Tests for the synthetic English->French corpus (nmtserve.model.corpus)."""
+"""Tests for the synthetic English->French corpus (nmtserve.demo.corpus)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 import pytest
 from num2words import num2words
 
-from nmtserve.model import corpus
+from nmtserve.demo import corpus
 
 SAMPLE_SIZE = 2000
 

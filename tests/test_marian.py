@@ -50,7 +50,7 @@ spm = pytest.importorskip("sentencepiece")
 from transformers import MarianConfig, MarianMTModel, MarianTokenizer  # noqa: E402
 
 from nmtserve.decoding.search import SearchOptions  # noqa: E402
-from nmtserve.model.corpus import generate_pairs  # noqa: E402
+from nmtserve.demo.corpus import generate_pairs  # noqa: E402
 from nmtserve.model.marian import (  # noqa: E402
     MarianImportError,
     convert_marian,

@@ -24,12 +24,12 @@ from tqdm import tqdm
 
 from ..decoding.search import SearchOptions
 from ..graphs import pad_batch
-from .checkpoint import load_checkpoint, save_checkpoint
-from .config import TransformerConfig
+from ..model.checkpoint import load_checkpoint, save_checkpoint
+from ..model.config import TransformerConfig
+from ..model.reference import translate
+from ..model.tokenizer import Tokenizer
+from ..model.transformer import Transformer
 from .corpus import build_splits
-from .reference import translate
-from .tokenizer import Tokenizer
-from .transformer import Transformer
 
 log = logging.getLogger(__name__)
 
