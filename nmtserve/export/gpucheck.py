@@ -36,11 +36,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from .. import graphs
-
-RELEVANT_LOG_PROB = -10.0  # tokens below this cannot reach a beam; fp16 error there does not matter
+from ..runtime.lockstep import HostView, Lockstep, Stats
 
 
 @dataclass
@@ -48,67 +45,6 @@ class Result:
     name: str
     status: str  # PASS / FAIL / SKIP
     detail: str
-
-
-@dataclass
-class Stats:
-    steps: int = 0
-    max_all: float = 0.0
-    max_relevant: float = 0.0
-    sentences: int = 0
-    mismatched: int = 0
-    decode_seconds: float = 0.0  # the candidate decoding alone
-
-
-def diffs(got: np.ndarray, want: np.ndarray) -> tuple[float, float]:
-    """max |got - want| over all finite entries, and over the entries the search can pick."""
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    finite = np.isfinite(want)
-    if not np.array_equal(finite, np.isfinite(got)):
-        return float("inf"), float("inf")
-    with np.errstate(invalid="ignore"):  # -inf - -inf where both are masked; excluded below
-        diff = np.abs(got - want)
-    relevant = finite & (want >= RELEVANT_LOG_PROB)
-    return float(diff[finite].max(initial=0.0)), float(diff[relevant].max(initial=0.0))
-
-
-class Lockstep:
-    """Steps reference and candidate with the same inputs; the search follows the reference."""
-
-    def __init__(self, reference, candidate, stats: Stats):
-        self.reference, self.candidate, self.stats = reference, candidate, stats
-
-    def step(self, tokens, parents, batch_index):
-        want = self.reference.step(tokens, parents, batch_index)
-        got = self.candidate.step(tokens, parents, batch_index)
-        all_, rel = diffs(got, want)
-        self.stats.max_all = max(self.stats.max_all, all_)
-        self.stats.max_relevant = max(self.stats.max_relevant, rel)
-        self.stats.steps += 1
-        return want
-
-
-class HostView:
-    """A device-resident runtime (``TensorRTModel``, ``OnnxBoundModel`` on CUDA) with every output
-    downloaded, so ``OnnxStepModel`` drives it in lockstep with a reference. Only for checks: the
-    served engine keeps the cache on the device."""
-
-    def __init__(self, runtime):
-        self.runtime, self.spec, self._float = runtime, runtime.spec, runtime._float
-        self.arrays = runtime.arrays
-
-    def encode(self, src_ids):
-        keys, values = self.runtime.encode(src_ids)
-        return [self.arrays.asnumpy(k) for k in keys], [self.arrays.asnumpy(v) for v in values]
-
-    def step_model(self, src_ids, beam: int, max_steps: int):
-        from ..runtime.onnxruntime import OnnxStepModel
-
-        keys, values = self.encode(src_ids)
-        return OnnxStepModel(self, keys, values, src_ids != self.spec.pad_id, beam, max_steps)
-
-    def run_step(self, feeds, outputs):
-        return {name: self.arrays.asnumpy(x) for name, x in self.runtime.run_step(feeds, outputs).items()}
 
 
 def compare_steps(reference, candidate, sources: list[list[int]], options, spec, batch_size: int) -> Stats:

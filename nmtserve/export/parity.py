@@ -11,13 +11,11 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-import torch
-
 from ..decoding.search import SearchOptions, beam_search
 from ..graphs import pad_batch
-from ..model.reference import TorchStepModel
+from ..model.reference import TorchRuntime
 from ..model.transformer import Transformer
+from ..runtime.lockstep import Lockstep, Stats, diffs
 from ..runtime.onnxruntime import OnnxModel
 
 log = logging.getLogger(__name__)
@@ -50,26 +48,6 @@ class ParityReport:
         )
 
 
-def _max_diff(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    finite_a, finite_b = np.isfinite(a), np.isfinite(b)
-    if not np.array_equal(finite_a, finite_b):
-        return float("inf")  # -inf (pad) in one and not the other
-    return float(np.abs(a[finite_a] - b[finite_b]).max(initial=0.0))
-
-
-class _Lockstep:
-    def __init__(self, reference: TorchStepModel, candidate, report: ParityReport):
-        self.reference, self.candidate, self.report = reference, candidate, report
-
-    def step(self, tokens, parents, batch_index):
-        want = self.reference.step(tokens, parents, batch_index)
-        got = self.candidate.step(tokens, parents, batch_index)
-        self.report.max_abs_diff_log_probs = max(self.report.max_abs_diff_log_probs, _max_diff(got, want))
-        self.report.steps += 1
-        return want
-
-
 def check_parity(
     model: Transformer,
     onnx_model: OnnxModel,
@@ -81,22 +59,20 @@ def check_parity(
     """Compare the ONNX model with PyTorch on ``sources`` (id lists ending with EOS)."""
     cfg = model.config
     report = ParityReport(tolerance=tolerance)
+    torch_runtime = TorchRuntime(model)
+    stats = Stats()
     for start in range(0, len(sources), batch_size):
         batch = [list(s) for s in sources[start : start + batch_size]]
         lengths = [len(s) for s in batch]
         src = pad_batch(batch, cfg.pad_id)
         max_steps = max(options.max_length_for(n) for n in lengths)
-        with torch.no_grad():
-            ref_kv = model.memory_kv(model.encode(torch.from_numpy(src)))
+        ref_keys, ref_values = torch_runtime.encode(src)
         keys, values = onnx_model.encode(src)
-        for (rk, rv), k, v in zip(ref_kv, keys, values, strict=True):
-            report.max_abs_diff_memory = max(report.max_abs_diff_memory, _max_diff(k, rk.numpy()), _max_diff(v, rv.numpy()))
+        for got, want in zip([*keys, *values], [*ref_keys, *ref_values], strict=True):
+            report.max_abs_diff_memory = max(report.max_abs_diff_memory, diffs(got, want)[0])
 
-        lockstep = _Lockstep(
-            TorchStepModel(model, src, options.beam_size, max_steps),
-            onnx_model.step_model(src, options.beam_size, max_steps),
-            report,
-        )
+        lockstep = Lockstep(torch_runtime.step_model(src, options.beam_size, max_steps),
+                            onnx_model.step_model(src, options.beam_size, max_steps), stats)
         reference = beam_search(lockstep, len(batch), lengths, options, bos_id=cfg.bos_id, eos_id=cfg.eos_id)
         alone = beam_search(
             onnx_model.step_model(src, options.beam_size, max_steps), len(batch), lengths, options,
@@ -106,5 +82,6 @@ def check_parity(
             if [h.tokens for h in want] != [h.tokens for h in got]:
                 report.token_mismatches.append(start + i)
         report.sentences += len(batch)
+    report.max_abs_diff_log_probs, report.steps = stats.max_all, stats.steps
     log.info(report.summary())
     return report

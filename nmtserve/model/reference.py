@@ -1,4 +1,5 @@
-"""The PyTorch reference decode: the shared beam search driving ``Transformer.decode_step``.
+"""The PyTorch reference decode: the shared beam search driving ``Transformer.decode_step``
+through ``TorchRuntime`` (the graph contract's step runtime, as every backend).
 
 Tests compare every other backend (ONNX Runtime, TensorRT, the served model) against this.
 """
@@ -10,57 +11,65 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ..decoding.cache import CacheIndex
+from .. import graphs
 from ..decoding.search import Hypothesis, SearchOptions, beam_search
 from ..graphs import pad_batch
+from ..runtime.lockstep import LockstepModel, step_model
+from ..runtime.spec import ModelSpec
 from .tokenizer import Tokenizer
 from .transformer import Transformer
 
 
-class TorchStepModel:
-    """``StepModel`` over a PyTorch ``Transformer`` with a preallocated self-attention cache."""
+class TorchRuntime:
+    """The PyTorch model as a step runtime with the graph contract (``nmtserve.graphs``), host
+    (NumPy) arrays in and out, so the shared ``LockstepModel`` decodes with it as with the
+    exported graphs. ``device``/``dtype`` run it elsewhere (scripts/gpu-check: CUDA, fp16); the
+    host cache stays fp32 (fp16 values are exact in it)."""
 
-    def __init__(self, model: Transformer, src_ids: np.ndarray, beam: int, max_steps: int):
+    def __init__(self, model: Transformer, device: str = "cpu", dtype: torch.dtype = torch.float32):
         cfg = model.config
-        if max_steps > cfg.max_positions:
-            raise ValueError(f"max length {max_steps} exceeds the model's {cfg.max_positions} positions")
-        self.model = model
-        src = torch.from_numpy(np.ascontiguousarray(src_ids, dtype=np.int64))
-        with torch.no_grad():
-            kv = model.memory_kv(model.encode(src))
-        self.memory_keys = [k for k, _ in kv]
-        self.memory_values = [v for _, v in kv]
-        self.src_mask = src != cfg.pad_id
-        self.index = CacheIndex(src.shape[0], beam, max_steps)
-        shape = (max_steps, self.index.rows, cfg.decoder_layers, cfg.h, cfg.d_k)
-        self.past_key, self.past_value = torch.zeros(shape), torch.zeros(shape)
+        self.model, self.device, self.dtype = model, torch.device(device), dtype
+        if self.device.type != "cpu" or dtype != torch.float32:
+            import copy  # noqa: PLC0415
 
-    def step(self, tokens: np.ndarray, parents: np.ndarray | None, batch_index: np.ndarray | None) -> np.ndarray:
-        self.index.reorder(parents, batch_index)
-        if batch_index is not None and len(batch_index) != self.src_mask.shape[0]:
-            sel = torch.from_numpy(batch_index)
-            self.memory_keys = [k[sel] for k in self.memory_keys]
-            self.memory_values = [v[sel] for v in self.memory_values]
-            self.src_mask = self.src_mask[sel]
-        rows, past_mask, t_len = self.index.inputs()
-        b = tokens.shape[0]
+            self.model = copy.deepcopy(model).to(self.device, dtype)
+        self.model.eval()
+        self.spec = ModelSpec(layers=cfg.decoder_layers, heads=cfg.h, d_k=cfg.d_k, vocab=cfg.tgt_vocab_size,
+                              max_positions=cfg.max_positions, pad_id=cfg.pad_id, bos_id=cfg.bos_id,
+                              eos_id=cfg.eos_id, unk_id=cfg.unk_id, src_vocab=cfg.src_vocab_size)
+        self._float = np.float32
+
+    def _in(self, x: np.ndarray) -> torch.Tensor:
+        t = torch.from_numpy(np.ascontiguousarray(x))
+        return t.to(self.device, self.dtype if t.is_floating_point() else t.dtype)
+
+    @staticmethod
+    def _out(t: torch.Tensor) -> np.ndarray:
+        return t.float().cpu().numpy() if t.is_floating_point() else t.cpu().numpy()
+
+    def encode(self, src_ids: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        src = torch.from_numpy(np.ascontiguousarray(src_ids, dtype=np.int64)).to(self.device)
         with torch.no_grad():
-            log_probs, new_k, new_v = self.model.decode_step(
-                torch.from_numpy(tokens),
-                torch.full((b,), self.index.step_count, dtype=torch.int64),
-                self.past_key[:t_len],
-                self.past_value[:t_len],
-                torch.from_numpy(rows),
-                torch.from_numpy(past_mask),
-                self.memory_keys,
-                self.memory_values,
-                self.src_mask,
+            kv = self.model.memory_kv(self.model.encode(src))
+        return [self._out(k) for k, _ in kv], [self._out(v) for _, v in kv]
+
+    def run_step(self, feeds: dict[str, np.ndarray], outputs: Sequence[str] = graphs.STEP_OUTPUTS) -> dict[str, np.ndarray]:
+        n = self.spec.layers
+        with torch.no_grad():
+            log_probs, new_key, new_value = self.model.decode_step(
+                self._in(feeds["input_ids"]).long(), self._in(feeds["position"]).long(), self._in(feeds["past_key"]),
+                self._in(feeds["past_value"]), self._in(feeds["cache_rows"]).long(), self._in(feeds["past_mask"]),
+                [self._in(feeds[graphs.memory_key(i)]) for i in range(n)],
+                [self._in(feeds[graphs.memory_value(i)]) for i in range(n)], self._in(feeds["src_mask"]),
             )
-        t, write_rows = self.index.advance()
-        w = torch.from_numpy(write_rows)
-        for buf, new in ((self.past_key, new_k), (self.past_value, new_v)):  # new: (B, K, L, h, d_k)
-            buf[t, w] = new.reshape(-1, *new.shape[2:])
-        return log_probs.numpy()
+            out = {"log_probs": log_probs, "new_key": new_key, "new_value": new_value}
+            if {"top_log_probs", "top_ids"} & set(outputs):
+                top, ids = torch.topk(log_probs, self.spec.dims.candidates, dim=-1)
+                out.update(top_log_probs=top, top_ids=ids.to(torch.int32))
+        return {name: self._out(out[name]) for name in outputs}
+
+    def step_model(self, src_ids: np.ndarray, beam: int, max_steps: int) -> LockstepModel:
+        return step_model(self, src_ids, beam, max_steps)
 
 
 def reference_decode(
@@ -70,7 +79,7 @@ def reference_decode(
     cfg = model.config
     lengths = [len(ids) for ids in batch]
     max_steps = max(options.max_length_for(n) for n in lengths)
-    stepper = TorchStepModel(model, pad_batch(batch, cfg.pad_id), options.beam_size, max_steps)
+    stepper = TorchRuntime(model).step_model(pad_batch(batch, cfg.pad_id), options.beam_size, max_steps)
     return beam_search(stepper, len(batch), lengths, options, bos_id=cfg.bos_id, eos_id=cfg.eos_id)
 
 

@@ -14,14 +14,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
 
 import numpy as np
 import onnxruntime as ort
 
 from .. import graphs
-from ..decoding.cache import CacheIndex
 from .arrays import HOST, ArrayBackend
+from .lockstep import LockstepModel, step_model
 from .spec import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -58,72 +57,12 @@ class OnnxModel:
             self._enc_out, {"src_ids": np.ascontiguousarray(src_ids, dtype=np.int32)}), strict=True))
         return graphs.split_memory(out, self.spec.layers)
 
-    def step_model(self, src_ids: np.ndarray, beam: int, max_steps: int) -> OnnxStepModel:
-        keys, values = self.encode(src_ids)
-        return OnnxStepModel(self, keys, values, src_ids != self.spec.pad_id, beam, max_steps)
+    def step_model(self, src_ids: np.ndarray, beam: int, max_steps: int) -> LockstepModel:
+        return step_model(self, src_ids, beam, max_steps)
 
     def run_step(self, feeds: dict[str, np.ndarray], outputs: Sequence[str] = graphs.STEP_OUTPUTS) -> dict[str, np.ndarray]:
         names = list(outputs)
         return dict(zip(names, self.decoder.run(names, feeds), strict=True))
-
-
-class StepRunner(Protocol):
-    """What ``OnnxStepModel`` drives: ``OnnxModel``, or a device runtime seen from the host
-    (``nmtserve.export.gpucheck.HostView``)."""
-
-    spec: ModelSpec
-    _float: Any
-
-    def run_step(self, feeds: dict[str, np.ndarray], outputs: Sequence[str]) -> dict[str, np.ndarray]: ...
-
-
-class OnnxStepModel:
-    """``nmtserve.decoding.StepModel`` over ``OnnxModel`` for one batch decoded in lockstep: the
-    full log-probs every step (what the parity check compares with PyTorch)."""
-
-    def __init__(self, model: StepRunner, memory_keys: list[np.ndarray], memory_values: list[np.ndarray],
-                 src_mask: np.ndarray, beam: int, max_steps: int):
-        spec = model.spec
-        if max_steps > spec.max_positions:
-            raise ValueError(f"max length {max_steps} exceeds the model's {spec.max_positions} positions")
-        self.model = model
-        self.memory_keys, self.memory_values = memory_keys, memory_values
-        self.src_mask = np.ascontiguousarray(src_mask, dtype=bool)
-        self.index = CacheIndex(src_mask.shape[0], beam, max_steps)
-        shape = (max_steps, self.index.rows, spec.layers, spec.heads, spec.d_k)
-        self.past_key = np.zeros(shape, model._float)
-        self.past_value = np.zeros(shape, model._float)
-
-    def step(self, tokens: np.ndarray, parents: np.ndarray | None, batch_index: np.ndarray | None) -> np.ndarray:
-        self.index.reorder(parents, batch_index)
-        if batch_index is not None and len(batch_index) != self.src_mask.shape[0]:
-            # A sentence finished: drop its rows from the per-sentence inputs (only on such steps).
-            self.memory_keys = [np.ascontiguousarray(k[batch_index]) for k in self.memory_keys]
-            self.memory_values = [np.ascontiguousarray(v[batch_index]) for v in self.memory_values]
-            self.src_mask = np.ascontiguousarray(self.src_mask[batch_index])
-        rows, past_mask, t_len = self.index.inputs()
-        feeds = {
-            "input_ids": np.ascontiguousarray(tokens, dtype=np.int32),
-            "position": np.full((tokens.shape[0],), self.index.step_count, dtype=np.int32),
-            "past_key": self.past_key[:t_len],
-            "past_value": self.past_value[:t_len],
-            "cache_rows": rows.astype(np.int32),
-            "past_mask": past_mask,
-            "src_mask": self.src_mask,
-        }
-        for i, (k, v) in enumerate(zip(self.memory_keys, self.memory_values, strict=True)):
-            feeds[graphs.memory_key(i)], feeds[graphs.memory_value(i)] = k, v
-        out = self.model.run_step(feeds, ("log_probs", "new_key", "new_value"))
-        t, write_rows = self.index.advance()
-        write_cache(self.past_key, self.past_value, t, write_rows, out)
-        return out["log_probs"]
-
-
-def write_cache(past_key, past_value, t: int, rows, out: dict) -> None:
-    """Scatter a step's ``new_key`` / ``new_value`` (B, K, L, h, d_k) into the cache buffers
-    (T, R, L, h, d_k) at time ``t``, hypothesis ``n`` of the flattened (B * K) into row ``rows[n]``."""
-    for buf, new in ((past_key, out["new_key"]), (past_value, out["new_value"])):
-        buf[t, rows] = new.reshape(-1, *new.shape[2:])
 
 
 class OnnxBoundModel(OnnxModel):
