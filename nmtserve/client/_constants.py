@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .. import contract
+
 # -- where the server is
 DEFAULT_PROTOCOL = "grpc"
 DEFAULT_HOST = "localhost"
@@ -38,16 +40,11 @@ DEFAULT_CONCURRENCY = 4  # requests in flight
 # output can still stream in input order, window after window.
 SORT_WINDOW_REQUESTS = 16
 
-# -- the server contract (see nmtserve.client's docstring)
-INPUT_TEXT = "TEXT"
-INPUT_BEAM_SIZE = "BEAM_SIZE"
-INPUT_MAX_LENGTH = "MAX_LENGTH"
-INPUT_LENGTH_PENALTY = "LENGTH_PENALTY"
-INPUT_NUM_HYPOTHESES = "NUM_HYPOTHESES"
-OUTPUT_TRANSLATION = "TRANSLATION"
-OUTPUT_SCORE = "SCORE"
-OUTPUT_NBEST_TRANSLATION = "NBEST_TRANSLATION"
-OUTPUT_NBEST_SCORE = "NBEST_SCORE"
+# -- the server contract: its tensor names are nmtserve.contract's (dependency-free)
+INPUT_TEXT, OUTPUT_TRANSLATION, OUTPUT_SCORE = contract.TEXT, contract.TRANSLATION, contract.SCORE
+INPUT_BEAM_SIZE, INPUT_MAX_LENGTH = contract.BEAM_SIZE, contract.MAX_LENGTH
+INPUT_LENGTH_PENALTY, INPUT_NUM_HYPOTHESES = contract.LENGTH_PENALTY, contract.NUM_HYPOTHESES
+OUTPUT_NBEST_TRANSLATION, OUTPUT_NBEST_SCORE = contract.NBEST_TRANSLATION, contract.NBEST_SCORE
 
 # -- health
 READY_POLL_INTERVAL = 0.2

@@ -27,9 +27,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import graphs
+from .. import contract, graphs
 from ..server.engine import QueueLimits
-from ..server.protocol import OPTION_INPUTS, STEP_BACKENDS, RequestLimits
+from ..server.protocol import STEP_BACKENDS, RequestLimits
 from .quality import GATE_FILE, REPORT_FILE
 
 ARTIFACTS_MODEL = "generate"
@@ -126,12 +126,8 @@ def _graph_tensors(tensors: list[graphs.Tensor], float_dtype: str = "float32") -
     ]
 
 
-_OPTION_TENSORS = [_tensor(n, t, [1], optional=True) for n, t in OPTION_INPUTS.items()]
-_GENERATE_IN = [_tensor("SRC_IDS", "TYPE_INT32", [-1, -1]), _tensor("SRC_LEN", "TYPE_INT32", [-1]), *_OPTION_TENSORS]
-_GENERATE_OUT = [_tensor("OUT_IDS", "TYPE_INT32", [-1, -1, -1]), _tensor("OUT_LEN", "TYPE_INT32", [-1, -1]),
-                 _tensor("OUT_SCORE", "TYPE_FP32", [-1, -1])]
-_FINAL_OUT = [_tensor("TRANSLATION", "TYPE_STRING", [-1]), _tensor("SCORE", "TYPE_FP32", [-1]),
-              _tensor("NBEST_TRANSLATION", "TYPE_STRING", [-1, -1]), _tensor("NBEST_SCORE", "TYPE_FP32", [-1, -1])]
+def _tensors(tensors: list[contract.Tensor]) -> list[str]:
+    return [_tensor(t.name, t.triton_type, list(t.dims), optional=t.optional) for t in tensors]
 
 
 def _ensemble(name: str, params: dict[str, str]) -> str:
@@ -140,15 +136,18 @@ def _ensemble(name: str, params: dict[str, str]) -> str:
         outs = "".join(f'      output_map {{ key: "{k}" value: "{v}" }}\n' for k, v in outputs.items())
         return f'    {{\n      model_name: "{model}"\n      model_version: -1\n{ins}{outs}    }}'
 
+    c = contract
+    internal = {n: n.lower() for n in (c.SRC_IDS, c.SRC_LEN, c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE)}
+    options = {n: n for n in c.OPTION_INPUTS}
     steps = [
-        step("tokenize", {"TEXT": "TEXT"}, {"SRC_IDS": "src_ids", "SRC_LEN": "src_len"}),
-        step("generate", {"SRC_IDS": "src_ids", "SRC_LEN": "src_len", **{n: n for n in OPTION_INPUTS}},
-             {"OUT_IDS": "out_ids", "OUT_LEN": "out_len", "OUT_SCORE": "out_score"}),
-        step("detokenize", {"OUT_IDS": "out_ids", "OUT_LEN": "out_len", "OUT_SCORE": "out_score"},
-             {n: n for n in ("TRANSLATION", "SCORE", "NBEST_TRANSLATION", "NBEST_SCORE")}),
+        step("tokenize", {c.TEXT: c.TEXT}, {n: internal[n] for n in (c.SRC_IDS, c.SRC_LEN)}),
+        step("generate", {**{n: internal[n] for n in (c.SRC_IDS, c.SRC_LEN)}, **options},
+             {n: internal[n] for n in (c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE)}),
+        step("detokenize", {n: internal[n] for n in (c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE)},
+             {t.name: t.name for t in c.TRANSLATE_OUTPUTS}),
     ]
     text = f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 0\n'
-    text += _io("input", [_tensor("TEXT", "TYPE_STRING", [-1]), *_OPTION_TENSORS]) + _io("output", _FINAL_OUT)
+    text += _io("input", _tensors(c.TRANSLATE_INPUTS)) + _io("output", _tensors(c.TRANSLATE_OUTPUTS))
     text += "ensemble_scheduling {\n  step [\n" + ",\n".join(steps) + "\n  ]\n}\n"
     return text + _params(params)
 
@@ -191,12 +190,13 @@ def model_configs(dims: graphs.Dims, opts: RepositoryOptions) -> dict[str, tuple
     return {
         opts.name: (_ensemble(opts.name, {"precision": opts.precision,
                                           **({"quality": opts.quality} if opts.quality else {})}), None),
-        "tokenize": (_python_model("tokenize", [_tensor("TEXT", "TYPE_STRING", [-1])],
-                                   [_tensor("SRC_IDS", "TYPE_INT32", [-1, -1]), _tensor("SRC_LEN", "TYPE_INT32", [-1])],
+        "tokenize": (_python_model("tokenize", _tensors(contract.TOKENIZE_INPUTS), _tensors(contract.TOKENIZE_OUTPUTS),
                                    params=tokenize_params), "TokenizeModel"),
-        ARTIFACTS_MODEL: (_python_model(ARTIFACTS_MODEL, _GENERATE_IN, _GENERATE_OUT, params=engine_params,
+        ARTIFACTS_MODEL: (_python_model(ARTIFACTS_MODEL, _tensors(contract.GENERATE_INPUTS),
+                                        _tensors(contract.GENERATE_OUTPUTS), params=engine_params,
                                         kind=engine_kind), "GenerateModel"),
-        "detokenize": (_python_model("detokenize", _GENERATE_OUT, _FINAL_OUT, params=art), "DetokenizeModel"),
+        "detokenize": (_python_model("detokenize", _tensors(contract.DETOKENIZE_INPUTS),
+                                     _tensors(contract.DETOKENIZE_OUTPUTS), params=art), "DetokenizeModel"),
         **graph_models,
     }
 

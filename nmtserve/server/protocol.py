@@ -1,21 +1,6 @@
-"""The serving contract's data handling, free of Triton so it is unit-tested directly.
-
-Ensemble ``translate`` (all ``max_batch_size: 0``; one request carries any number of sentences):
-
-====================  =============  ========  ==============================================
-tensor                type           shape     meaning
-====================  =============  ========  ==============================================
-TEXT (in)             TYPE_STRING    [n]       UTF-8 sentences
-BEAM_SIZE (in, opt)   TYPE_INT32     [1]       beam width, 1..max_beam (default: export's)
-MAX_LENGTH (in, opt)  TYPE_INT32     [1]       max generated tokens (default: 2 * len + 10)
-LENGTH_PENALTY (opt)  TYPE_FP32      [1]       score = sum log p / length ** alpha (default 1)
-NUM_HYPOTHESES (opt)  TYPE_INT32     [1]       n-best size k, 1..beam (default 1)
-TRANSLATION (out)     TYPE_STRING    [n]       best translation, same order as TEXT
-SCORE (out)           TYPE_FP32      [n]       its normalised log-probability
-NBEST_TRANSLATION     TYPE_STRING    [n, k]    k best translations
-NBEST_SCORE           TYPE_FP32      [n, k]    their scores
-====================  =============  ========  ==============================================
-"""
+"""The serving contract's data handling (parsing and checking what the models receive, shaping
+what they send), free of Triton so it is unit-tested directly. The tensor names and types are
+``nmtserve.contract``; the table for users is in the README."""
 
 from __future__ import annotations
 
@@ -27,13 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import contract as c
 from ..decoding.search import Hypothesis, SearchOptions
 from ..model.tokenizer import Tokenizer
 from ..runtime.spec import ModelSpec
-
-OPTION_INPUTS = {"BEAM_SIZE": "TYPE_INT32", "MAX_LENGTH": "TYPE_INT32", "LENGTH_PENALTY": "TYPE_FP32",
-                 "NUM_HYPOTHESES": "TYPE_INT32"}
-
 
 # How generate runs the graphs (its ``step_backend`` parameter):
 STEP_BACKENDS = {
@@ -113,10 +95,10 @@ def _scalar(name: str, value: np.ndarray | None, kind: type):
 
 
 def parse_search_options(inputs: Mapping[str, np.ndarray | None], spec: ModelSpec, max_beam: int) -> SearchOptions:
-    beam = _scalar("BEAM_SIZE", inputs.get("BEAM_SIZE"), int)
-    max_length = _scalar("MAX_LENGTH", inputs.get("MAX_LENGTH"), int)
-    penalty = _scalar("LENGTH_PENALTY", inputs.get("LENGTH_PENALTY"), float)
-    nbest = _scalar("NUM_HYPOTHESES", inputs.get("NUM_HYPOTHESES"), int)
+    beam = _scalar(c.BEAM_SIZE, inputs.get(c.BEAM_SIZE), int)
+    max_length = _scalar(c.MAX_LENGTH, inputs.get(c.MAX_LENGTH), int)
+    penalty = _scalar(c.LENGTH_PENALTY, inputs.get(c.LENGTH_PENALTY), float)
+    nbest = _scalar(c.NUM_HYPOTHESES, inputs.get(c.NUM_HYPOTHESES), int)
     beam = spec.beam_size if beam is None else beam
     if not 1 <= beam <= max_beam:
         raise InputError(f"BEAM_SIZE must be between 1 and {max_beam}, got {beam}")
@@ -126,8 +108,9 @@ def parse_search_options(inputs: Mapping[str, np.ndarray | None], spec: ModelSpe
     if max_length is not None and not 1 <= max_length <= spec.max_target_len:
         raise InputError(f"MAX_LENGTH must be between 1 and {spec.max_target_len}, got {max_length}")
     penalty = spec.length_penalty if penalty is None else penalty
-    if not math.isfinite(penalty) or abs(penalty) > 10:
-        raise InputError(f"LENGTH_PENALTY must be a finite number in [-10, 10], got {penalty}")
+    if not math.isfinite(penalty) or abs(penalty) > c.LENGTH_PENALTY_LIMIT:
+        raise InputError(f"LENGTH_PENALTY must be a finite number in [-{c.LENGTH_PENALTY_LIMIT:g}, "
+                         f"{c.LENGTH_PENALTY_LIMIT:g}], got {penalty}")
     if max_length is None:
         return SearchOptions(beam_size=beam, num_hypotheses=nbest, length_penalty=penalty,
                              max_length=spec.max_target_len, max_length_a=spec.max_length_a,
@@ -172,7 +155,7 @@ def results_to_arrays(results: Sequence[Sequence[Hypothesis]], k: int, pad_id: i
             ids[i, j, : len(toks)] = toks
             lengths[i, j] = len(toks)
             scores[i, j] = h.score
-    return {"OUT_IDS": ids, "OUT_LEN": lengths, "OUT_SCORE": scores}
+    return {c.OUT_IDS: ids, c.OUT_LEN: lengths, c.OUT_SCORE: scores}
 
 
 def load_tokenizer(folder: Path, spec: ModelSpec) -> Tokenizer:

@@ -24,12 +24,12 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import contract as c
 from ..decoding.search import SearchOptions
 from ..graphs import pad_batch
 from ..runtime.factory import step_runtime
 from .launcher import DRAIN_ENV
 from .protocol import (
-    OPTION_INPUTS,
     InputError,
     decode_texts,
     parse_search_options,
@@ -75,7 +75,7 @@ def _input(request, name: str) -> np.ndarray | None:
 
 def _search_options(request, spec, max_beam: int) -> SearchOptions:
     """The request's optional decoding inputs, validated (InputError names a bad one)."""
-    return parse_search_options({name: _input(request, name) for name in OPTION_INPUTS}, spec, max_beam)
+    return parse_search_options({name: _input(request, name) for name in c.OPTION_INPUTS}, spec, max_beam)
 
 
 def _parameters(args: dict) -> tuple[dict, Path]:
@@ -123,7 +123,7 @@ class TokenizeModel:
 
     def _one(self, request):
         try:
-            texts = decode_texts(_input(request, "TEXT"))
+            texts = decode_texts(_input(request, c.TEXT))
             self.limits.check(texts)
             ids = []
             for i, text in enumerate(texts):
@@ -137,7 +137,7 @@ class TokenizeModel:
             return pb_utils.InferenceResponse(error=_error(str(exc)))
         src = pad_batch(ids, self.spec.pad_id, np.int32)
         lengths = np.array([len(x) for x in ids], dtype=np.int32)
-        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("SRC_IDS", src), pb_utils.Tensor("SRC_LEN", lengths)])
+        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(c.SRC_IDS, src), pb_utils.Tensor(c.SRC_LEN, lengths)])
 
 
 class DetokenizeModel:
@@ -154,7 +154,7 @@ class DetokenizeModel:
     def execute(self, requests: list) -> list:
         out = []
         for request in requests:
-            ids, lengths, scores = _input(request, "OUT_IDS"), _input(request, "OUT_LEN"), _input(request, "OUT_SCORE")
+            ids, lengths, scores = _input(request, c.OUT_IDS), _input(request, c.OUT_LEN), _input(request, c.OUT_SCORE)
             if (ids is None or lengths is None or scores is None or ids.ndim != 3 or lengths.ndim != 2
                     or ids.shape[:2] != lengths.shape or scores.shape != lengths.shape
                     or (lengths.size and not 0 <= lengths.min() <= lengths.max() <= ids.shape[2])):
@@ -167,10 +167,10 @@ class DetokenizeModel:
                 for j in range(k):
                     texts[i, j] = self.tokenizer.decode(ids[i, j, : int(lengths[i, j])].tolist()).encode("utf-8")
             out.append(pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.Tensor("TRANSLATION", texts[:, 0].copy()),
-                pb_utils.Tensor("SCORE", scores[:, 0].astype(np.float32)),
-                pb_utils.Tensor("NBEST_TRANSLATION", texts),
-                pb_utils.Tensor("NBEST_SCORE", scores.astype(np.float32)),
+                pb_utils.Tensor(c.TRANSLATION, texts[:, 0].copy()),
+                pb_utils.Tensor(c.SCORE, scores[:, 0].astype(np.float32)),
+                pb_utils.Tensor(c.NBEST_TRANSLATION, texts),
+                pb_utils.Tensor(c.NBEST_SCORE, scores.astype(np.float32)),
             ]))
         return out
 
@@ -222,7 +222,7 @@ class GenerateModel:
         for request in requests:
             sender = request.get_response_sender()
             try:  # inputs are copied out here: they are freed when execute returns
-                sources = parse_sources(_input(request, "SRC_IDS"), _input(request, "SRC_LEN"), self.spec)
+                sources = parse_sources(_input(request, c.SRC_IDS), _input(request, c.SRC_LEN), self.spec)
                 options = _search_options(request, self.spec, self.max_beam)
             except InputError as exc:
                 sender.send(pb_utils.InferenceResponse(error=_error(str(exc))), flags=self._final)
