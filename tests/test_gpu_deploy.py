@@ -21,6 +21,7 @@ from nmtserve import graphs
 from nmtserve.export import engines
 from nmtserve.export.repository import RepositoryOptions, model_configs, write_repository
 from nmtserve.export.tensorrt import BuildOptions, metadata_path, plan_is_current, plan_metadata
+from nmtserve.runtime.spec import ModelSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 DIMS = graphs.Dims(layers=2, heads=4, d_k=8, vocab=100)
@@ -432,12 +433,12 @@ def test_a_replaced_plan_in_the_repository_is_restored_from_the_cache(tmp_path, 
 ])
 def test_precision_follows_the_export_unless_overridden(spec_fp16, precision, fp16):
     spec = SPEC if spec_fp16 is None else {**SPEC, "fp16": spec_fp16}
-    assert engines.build_options(spec, precision).fp16 is fp16
+    assert engines.build_options(ModelSpec.from_dict(spec), precision).fp16 is fp16
 
 
 def test_the_beam_axis_covers_the_served_beam():
-    assert engines.build_options({**SPEC, "beam_size": 12}).max_beam == 12
-    assert engines.build_options({**SPEC, "max_beam": 6}).max_beam == 6
+    assert engines.build_options(ModelSpec.from_dict({**SPEC, "beam_size": 12})).max_beam == 12
+    assert engines.build_options(ModelSpec.from_dict({**SPEC, "max_beam": 6})).max_beam == 6
 
 
 def test_a_cpu_repository_needs_no_plans_and_no_tensorrt(tmp_path, fake_build):
@@ -584,3 +585,16 @@ def test_the_committed_model_repository_is_what_the_demo_export_writes():
         committed = ROOT / "model_repository" / model
         assert (committed / "config.pbtxt").read_text() == config, f"{model}/config.pbtxt is stale: re-export"
         assert (committed / "1" / "model.py").is_file() == (cls is not None)
+
+
+def test_model_json_is_read_once_through_model_spec(tmp_path):
+    """engines.py reads model.json through ModelSpec (the one source of the export's defaults):
+    a newer export's extra keys are ignored, an older one's missing max_beam is what it served,
+    and a missing required field is named."""
+    spec = ModelSpec.from_dict({**SPEC, "some_future_field": 1, "beam_size": 10})
+    assert spec.max_beam == 10 and spec.max_batch == 16
+    with pytest.raises(ValueError, match="lacks heads"):
+        ModelSpec.from_dict({k: v for k, v in SPEC.items() if k != "heads"})
+    repo = _repository(tmp_path / "models", spec={k: v for k, v in SPEC.items() if k != "vocab"})
+    with pytest.raises(engines.EngineSetupError, match="model.json lacks vocab; re-export"):
+        engines.read_spec(repo)

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import graphs
+from ..runtime.spec import ModelSpec
 from . import quality
 from .tensorrt import (
     BuildOptions,
@@ -108,8 +109,8 @@ def plan_destinations(repository: Path, model: str) -> list[Path]:
     return out
 
 
-def read_spec(repository: Path) -> dict:
-    """``model.json`` as written by the export (read as JSON: fields added later need no code here)."""
+def read_spec(repository: Path) -> ModelSpec:
+    """The export's ``model.json``."""
     path = repository / ARTIFACTS / SPEC_FILE
     if not path.is_file():
         raise EngineSetupError(
@@ -117,33 +118,22 @@ def read_spec(repository: Path) -> dict:
             "`nmtserve export CHECKPOINT --repository model_repository --target gpu`"
         )
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return ModelSpec.load(path)
     except json.JSONDecodeError as exc:
         raise EngineSetupError(f"{path} is not valid JSON: {exc}") from exc
+    except ValueError as exc:
+        raise EngineSetupError(f"{path}: {exc}") from exc
 
 
-def build_options(spec: dict, precision: str = "export", workspace_mb: int | None = None) -> BuildOptions:
-    """The profile (max batch, beam, source and target lengths) and precision of the export."""
+def build_options(spec: ModelSpec, precision: str = "export", workspace_mb: int | None = None) -> BuildOptions:
+    """The profile (max batch, the widest beam served, source and target lengths) and precision
+    of the export."""
     if precision not in PRECISIONS:
         raise EngineSetupError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    fp16 = bool(spec.get("fp16", False)) if precision == "export" else precision == "fp16"
-    # The beam axis must cover the widest beam the server accepts: the export serves max(8, beam_size).
-    max_beam = int(spec.get("max_beam", max(graphs.DEFAULT_MAX_BEAM, int(spec.get("beam_size", 4)))))
+    fp16 = spec.fp16 if precision == "export" else precision == "fp16"
     extra = {"workspace_mb": workspace_mb} if workspace_mb else {}
-    try:
-        return BuildOptions(max_batch=int(spec["max_batch"]), max_beam=max_beam,
-                            max_source_len=int(spec["max_source_len"]), max_target_len=int(spec["max_target_len"]),
-                            fp16=fp16, **extra)
-    except KeyError as exc:
-        raise EngineSetupError(f"{SPEC_FILE} lacks {exc.args[0]!r}; re-export the model with this nmtserve") from exc
-
-
-def spec_dims(spec: dict) -> graphs.Dims:
-    try:
-        return graphs.Dims(layers=int(spec["layers"]), heads=int(spec["heads"]), d_k=int(spec["d_k"]),
-                           vocab=int(spec["vocab"]), max_beam=int(spec.get("max_beam", graphs.DEFAULT_MAX_BEAM)))
-    except KeyError as exc:
-        raise EngineSetupError(f"{SPEC_FILE} lacks {exc.args[0]!r}; re-export the model with this nmtserve") from exc
+    return BuildOptions(max_batch=spec.max_batch, max_beam=spec.max_beam, max_source_len=spec.max_source_len,
+                        max_target_len=spec.max_target_len, fp16=fp16, **extra)
 
 
 def environment_key() -> str:
@@ -215,8 +205,7 @@ def _heartbeat(what: str, every: float = 30.0) -> Iterator[None]:
 
 def load_runtime(encoder_plan: Path, decoder_plan: Path, artifacts: Path):
     """The plans as the serving engine runs them (the fp16 gate decodes with it); GPU 0."""
-    from ..runtime.spec import ModelSpec  # noqa: PLC0415 - only when a gate runs
-    from ..runtime.tensorrt import TensorRTModel  # noqa: PLC0415
+    from ..runtime.tensorrt import TensorRTModel  # noqa: PLC0415 - only when a gate runs
 
     return TensorRTModel(encoder_plan, decoder_plan, ModelSpec.load(artifacts / SPEC_FILE))
 
@@ -244,12 +233,11 @@ def gate_fp16(repository: Path, placed: list[PlacedPlan], max_bleu_drop: float |
     return report
 
 
-def _verdict_key(spec: dict) -> str:
-    hashes = spec.get("hashes", {})
-    return f"{hashes.get('encoder.onnx', '?')}:{hashes.get('decoder.onnx', '?')}"
+def _verdict_key(spec: ModelSpec) -> str:
+    return f"{spec.hashes.get('encoder.onnx', '?')}:{spec.hashes.get('decoder.onnx', '?')}"
 
 
-def _cached_verdict(folder: Path, spec: dict) -> dict | None:
+def _cached_verdict(folder: Path, spec: ModelSpec) -> dict | None:
     path = folder / GATE_VERDICT
     try:
         verdict = json.loads(path.read_text(encoding="utf-8"))
@@ -304,9 +292,9 @@ def prepare_plans(repository: Path, cache: Path, *, environment: str, precision:
         return _build_and_place(repository, folder, models, spec, dataclasses.replace(opts, fp16=False), force)
 
 
-def _build_and_place(repository: Path, folder: Path, models: list[str], spec: dict, opts: BuildOptions,
+def _build_and_place(repository: Path, folder: Path, models: list[str], spec: ModelSpec, opts: BuildOptions,
                      force: bool) -> list[PlacedPlan]:
-    dims = spec_dims(spec)
+    dims = spec.dims
     log.info("TensorRT plans for %s in %s (%s, max batch %d, beam %d, source %d, target %d tokens)",
              ", ".join(models), folder, "fp16" if opts.fp16 else "fp32", opts.max_batch, opts.max_beam,
              opts.max_source_len, opts.max_target_len)

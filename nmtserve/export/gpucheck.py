@@ -28,7 +28,6 @@ TensorRT or no GPU: it says which).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import tempfile
 import threading
@@ -137,12 +136,11 @@ def check_repository(repository: Path, cache: Path, opts: CheckOptions = CheckOp
     want, ref_seconds = run_engine(reference, sources, options, batch)
     print(f"{len(sources)} held-out sentences, beam {options.beam_size}; reference: ONNX Runtime CPU fp32 "
           f"({len(sources) / ref_seconds:.1f} sent/s in the engine)", flush=True)
-    spec_dict = dataclasses.asdict(spec)
-    dims = engines.spec_dims(spec_dict)
+    dims = spec.dims
     results: list[Result] = []
     for precision in opts.precisions:
         fp16 = precision == "fp16"
-        build = engines.build_options(spec_dict, precision)
+        build = engines.build_options(spec, precision)
         folder = Path(cache) / f"gpu-check-{precision}"
         name = f"tensorrt {precision}"
         print(f"-- {name}: building plans in {folder}", flush=True)

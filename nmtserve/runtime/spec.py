@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
 from .. import graphs
@@ -48,8 +48,22 @@ class ModelSpec:
         Path(path).write_text(json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
 
     @classmethod
+    def from_dict(cls, data: dict) -> ModelSpec:
+        """A ``model.json``'s fields. Unknown keys (a newer nmtserve's) are ignored; an export from
+        before ``max_beam`` was recorded served max(DEFAULT_MAX_BEAM, beam_size). A missing
+        required field raises ValueError naming it."""
+        names = {f.name for f in fields(cls)}
+        known = {k: v for k, v in data.items() if k in names}
+        known.setdefault("max_beam", max(graphs.DEFAULT_MAX_BEAM, int(known.get("beam_size", 4))))
+        missing = [f.name for f in fields(cls)
+                   if f.default is MISSING and f.default_factory is MISSING and f.name not in known]
+        if missing:
+            raise ValueError(f"{SPEC_FILE} lacks {', '.join(missing)}; re-export the model with this nmtserve")
+        return cls(**known)
+
+    @classmethod
     def load(cls, path: Path) -> ModelSpec:
-        return cls(**json.loads(Path(path).read_text()))
+        return cls.from_dict(json.loads(Path(path).read_text()))
 
 
 def file_sha256(path: Path) -> str:
