@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from nmtserve.server import install as install_module
 from nmtserve.server import launcher
 from nmtserve.server.launcher import (
     PortInUseError,
@@ -166,7 +167,7 @@ def test_ports_must_differ(tmp_path: Path) -> None:
 
 
 def test_missing_wheel_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(launcher, "_pytriton_package_dir", lambda: None)
+    monkeypatch.setattr(install_module, "_pytriton_package_dir", lambda: None)
 
     with pytest.raises(
         TritonNotInstalledError, match=r"nvidia-pytriton.*pip install 'nmtserve\[server\]'"

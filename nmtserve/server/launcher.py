@@ -4,24 +4,8 @@ This is what ``nmtserve serve`` runs on a machine without Docker or a GPU. It us
 binary and the Python backend that the wheel ships, not PyTriton's own Python API (which wants
 to own the model repository and the model code).
 
-What the wheel needs, found by reading ``pytriton/triton.py``, ``pytriton/server/triton_server.py``
-and ``ldd`` of its files (nvidia-pytriton 0.7.0 = Triton 2.51.0):
-
-- ``pytriton/tritonserver/bin/tritonserver`` is the server; its shared libraries live in
-  ``site-packages/nvidia_pytriton.libs`` and are found through an RPATH relative to the file.
-- ``pytriton/tritonserver/backends/python/`` holds ``libtriton_python.so`` but no stub: the stub
-  is built per Python version under ``python_backend_stubs/<major.minor>/`` and must sit next to
-  ``libtriton_python.so`` (the backend starts ``<backend dir>/triton_python_backend_stub``).
-  PyTriton copies the whole tree into a workspace and adds the stub there; we copy only the
-  python backend into a user cache directory so site-packages is never written to.
-- A copied library's RPATH (``$ORIGIN/../../../../nvidia_pytriton.libs``) no longer resolves,
-  so, like PyTriton, the child gets ``nvidia_pytriton.libs`` on ``LD_LIBRARY_PATH``.
-- The stub embeds ``libpython<major.minor>.so.1.0`` and finds its packages through the first
-  ``python3`` on ``PATH`` (PYTHONPATH is ignored), so the running interpreter's ``bin`` goes
-  first on ``PATH`` (PyTriton does the same) and its ``LIBDIR`` on ``LD_LIBRARY_PATH`` (so the
-  stub embeds the same build of Python as the environment whose packages it imports).
-
-Nothing here imports torch, or pytriton itself (only its files are used).
+Where the binary, its Python backend and the stub for this Python are, and the environment they
+need: ``nmtserve.server.install``. Nothing here imports torch, or pytriton itself.
 """
 
 from __future__ import annotations
@@ -29,16 +13,13 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
-import filecmp
 import logging
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
@@ -46,7 +27,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata, util
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import IO, TextIO
@@ -67,26 +47,20 @@ __all__ = [
     "serve_forever",
 ]
 
+from .install import (  # the install half (re-exported: callers import it from here too)
+    ServerError,
+    TritonInstall,
+    TritonNotInstalledError,
+    _python_library_dir,
+    _server_env,
+    _system_has_libpython,
+    find_tritonserver,
+    prepare_backend_directory,
+)
+
 LOGGER = logging.getLogger(__name__)
 
-INSTALL_HINT = "pip install 'nmtserve[server]'"
-STUB_NAME = "triton_python_backend_stub"
-# The Python backend's own files: the backend library and the module the stub imports.
-PYTHON_BACKEND_FILES = ("libtriton_python.so", "triton_python_backend_utils.py")
-# nvidia-pytriton's version says nothing about the Triton inside; the wheel's metadata does not
-# record it either (only the server's start-up banner prints it). Known pairs name the cache
-# directory after the Triton version; unknown ones fall back to the PyTriton version.
-TRITON_VERSION_BY_PYTRITON = {"0.7.0": "2.51.0"}
-# How much of the server log a start-up error quotes.
 LOG_TAIL_LINES = 40
-
-
-class ServerError(RuntimeError):
-    """Base class of the launcher's errors."""
-
-
-class TritonNotInstalledError(ServerError):
-    """The tritonserver binary or a part of it is missing."""
 
 
 class PortInUseError(ServerError):
@@ -95,188 +69,6 @@ class PortInUseError(ServerError):
 
 class ServerStartError(ServerError):
     """The server did not become ready (it exited, or the start-up timeout passed)."""
-
-
-# --------------------------------------------------------------------------------------------
-# Finding the binary
-
-
-@dataclass(frozen=True)
-class TritonInstall:
-    """Where the parts of the tritonserver shipped in the nvidia-pytriton wheel are."""
-
-    root: Path  # .../site-packages/pytriton/tritonserver
-    binary: Path  # root/bin/tritonserver
-    python_backend_dir: Path  # root/backends/python (libtriton_python.so, no stub)
-    stub: Path  # root/python_backend_stubs/<py>/triton_python_backend_stub
-    caches_dir: Path  # root/caches (response-cache implementations)
-    library_dirs: tuple[Path, ...]  # must be on LD_LIBRARY_PATH of the server and its stubs
-    pytriton_version: str
-    triton_version: str
-    python_version: str  # "3.11": the stub matches the running interpreter
-
-
-def _pytriton_package_dir() -> Path | None:
-    # find_spec on a top-level name locates the package without importing it: importing pytriton
-    # pulls in zmq, sh and its logging set-up, none of which the launcher needs.
-    spec = util.find_spec("pytriton")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def _python_library_dir() -> Path | None:
-    """The directory holding this interpreter's shared libpython, if it has one outside the
-    system library path (pyenv, uv and conda builds do); None when there is nothing to add."""
-    libdir = sysconfig.get_config_var("LIBDIR")
-    soname = sysconfig.get_config_var("INSTSONAME")
-    if not libdir or not soname or not (Path(libdir) / soname).is_file():
-        return None
-    # The dynamic linker searches the system directories anyway.
-    multiarch = sysconfig.get_config_var("MULTIARCH") or ""
-    system_dirs = ["/lib", "/usr/lib", "/lib64", "/usr/lib64"]
-    if multiarch:
-        system_dirs += [f"/lib/{multiarch}", f"/usr/lib/{multiarch}"]
-    if Path(libdir).resolve() in {Path(d).resolve() for d in system_dirs}:
-        return None
-    return Path(libdir)
-
-
-def find_tritonserver() -> TritonInstall:
-    """Locate the tritonserver binary, the Python backend and the stub for this Python.
-
-    Raises TritonNotInstalledError naming the missing piece.
-    """
-    package_dir = _pytriton_package_dir()
-    if package_dir is None:
-        raise TritonNotInstalledError(
-            "The embedded server needs the tritonserver binary shipped in the nvidia-pytriton "
-            f"wheel, which is not installed. Install it with: {INSTALL_HINT}"
-        )
-    try:
-        pytriton_version = metadata.version("nvidia-pytriton")
-    except metadata.PackageNotFoundError:
-        pytriton_version = "unknown"
-    root = package_dir / "tritonserver"
-    python_version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    stubs_dir = root / "python_backend_stubs"
-    install = TritonInstall(
-        root=root,
-        binary=root / "bin" / "tritonserver",
-        python_backend_dir=root / "backends" / "python",
-        stub=stubs_dir / python_version / STUB_NAME,
-        caches_dir=root / "caches",
-        # Same rule as pytriton.utils.distribution.get_libs_path for a wheel install.
-        library_dirs=(package_dir.parent / "nvidia_pytriton.libs",),
-        pytriton_version=pytriton_version,
-        triton_version=TRITON_VERSION_BY_PYTRITON.get(
-            pytriton_version, f"pytriton-{pytriton_version}"
-        ),
-        python_version=python_version,
-    )
-
-    broken = f"nvidia-pytriton {pytriton_version} at {package_dir} is incomplete"
-    if not install.binary.is_file() or not os.access(install.binary, os.X_OK):
-        raise TritonNotInstalledError(
-            f"{broken}: the tritonserver binary {install.binary} is missing or not executable "
-            f"(the wheel is built for Linux x86_64 and aarch64). Reinstall it with: {INSTALL_HINT}"
-        )
-    for name in PYTHON_BACKEND_FILES:
-        if not (install.python_backend_dir / name).is_file():
-            raise TritonNotInstalledError(
-                f"{broken}: the Python backend file {install.python_backend_dir / name} is "
-                f"missing. Reinstall it with: {INSTALL_HINT}"
-            )
-    if not install.stub.is_file():
-        available = sorted(p.name for p in stubs_dir.iterdir()) if stubs_dir.is_dir() else []
-        raise TritonNotInstalledError(
-            f"nvidia-pytriton {pytriton_version} has no Python backend stub for Python "
-            f"{python_version} ({install.stub} is missing; stubs exist for: "
-            f"{', '.join(available) or 'none'}). Use one of those Python versions."
-        )
-    for libdir in install.library_dirs:
-        if not libdir.is_dir():
-            raise TritonNotInstalledError(
-                f"{broken}: its library directory {libdir} is missing. "
-                f"Reinstall it with: {INSTALL_HINT}"
-            )
-    return install
-
-
-# --------------------------------------------------------------------------------------------
-# The backend directory
-
-
-def default_cache_dir() -> Path:
-    """nmtserve's cache root: $NMTSERVE_CACHE_DIR, else $XDG_CACHE_HOME/nmtserve, else
-    ~/.cache/nmtserve."""
-    if os.environ.get("NMTSERVE_CACHE_DIR"):
-        return Path(os.environ["NMTSERVE_CACHE_DIR"]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "nmtserve"
-
-
-def _install_file(src: Path, dst: Path, mode: int) -> None:
-    """Copy src to dst unless dst already has the same bytes.
-
-    Writes a temporary file and renames it over dst, so a server started from an older copy
-    keeps running (it holds the old inode) and two launchers preparing at once cannot leave a
-    half-written file behind.
-    """
-    if dst.is_file() and filecmp.cmp(src, dst, shallow=False):
-        if dst.stat().st_mode & 0o777 != mode:
-            dst.chmod(mode)
-        return
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dst.name}.", dir=dst.parent)
-    try:
-        with os.fdopen(fd, "wb") as out, src.open("rb") as inp:
-            shutil.copyfileobj(inp, out)
-        os.chmod(tmp_name, mode)
-        os.replace(tmp_name, dst)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    LOGGER.debug("installed %s -> %s", src, dst)
-
-
-def prepare_backend_directory(install: TritonInstall, cache_dir: Path | None = None) -> Path:
-    """Create (idempotently) a Triton backend directory with the Python backend and the stub
-    for the running Python, and return it (the value for ``--backend-directory``).
-
-    The layout is ``<cache_dir>/triton-backends/<triton version>/py<major.minor>/python/``;
-    cache_dir defaults to default_cache_dir(). The Python version is part of the path because
-    the stub is built for one version and environments of several versions may share a cache.
-    Nothing is written into site-packages.
-    """
-    explicit = cache_dir is not None
-    root = Path(cache_dir).expanduser() if explicit else default_cache_dir()
-    try:
-        return _prepare_backend_directory(install, root)
-    except OSError as exc:
-        if explicit:
-            raise ServerError(
-                f"cannot prepare the Triton backend directory under {root}: {exc}"
-            ) from exc
-        # A read-only home (some containers) should not stop the server from starting.
-        fallback = Path(tempfile.gettempdir()) / f"nmtserve-{os.getuid()}"
-        LOGGER.warning(
-            "cannot write the Triton backend directory under %s (%s); using %s instead "
-            "(set NMTSERVE_CACHE_DIR to choose)",
-            root,
-            exc,
-            fallback,
-        )
-        return _prepare_backend_directory(install, fallback)
-
-
-def _prepare_backend_directory(install: TritonInstall, root: Path) -> Path:
-    backends = root / "triton-backends" / install.triton_version / f"py{install.python_version}"
-    python_dir = backends / "python"
-    python_dir.mkdir(parents=True, exist_ok=True)
-    for name in PYTHON_BACKEND_FILES:
-        _install_file(install.python_backend_dir / name, python_dir / name, 0o644)
-    _install_file(install.stub, python_dir / STUB_NAME, 0o755)
-    return backends
 
 
 # --------------------------------------------------------------------------------------------
@@ -548,28 +340,6 @@ def _failed_model_report(path: Path) -> tuple[list[str], list[str]]:
 
 # --------------------------------------------------------------------------------------------
 # The server
-
-
-def _server_env(install: TritonInstall, extra: dict[str, str]) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(extra)
-    # Mirror pytriton.server.triton_server.TritonServer._get_env: the wheel's libraries on
-    # LD_LIBRARY_PATH (appended, so a user's own entries keep precedence) and this
-    # environment's bin first on PATH (the stub resolves sys.prefix through `python3` on PATH).
-    library_dirs = [str(d) for d in install.library_dirs]
-    python_libdir = _python_library_dir()
-    if python_libdir is not None:
-        library_dirs.append(str(python_libdir))
-    existing = [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(
-        existing + [d for d in library_dirs if d not in existing]
-    )
-    # sys.exec_prefix/bin is the venv's bin even when sys.executable is a symlink elsewhere.
-    python_bin = Path(sys.exec_prefix) / "bin"
-    if not (python_bin / "python3").exists():
-        python_bin = Path(sys.executable).parent
-    env["PATH"] = os.pathsep.join([str(python_bin), env.get("PATH", os.defpath)])
-    return env
 
 
 def _parent_death_signal() -> Callable[[], None] | None:
@@ -938,13 +708,6 @@ class TritonServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-def _system_has_libpython() -> bool:
-    return (
-        ctypes.util.find_library(f"python{sys.version_info.major}.{sys.version_info.minor}")
-        is not None
-    )
 
 
 # --------------------------------------------------------------------------------------------
