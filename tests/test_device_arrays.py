@@ -10,68 +10,25 @@ and only the log-probabilities come down; no float array (cache, memory) ever cr
 from __future__ import annotations
 
 import dataclasses
-import threading
 
 import numpy as np
 import pytest
-from tensorrt_standin import ALIGNED_HOST
-from test_engine import staggered
-from test_export_parity import build, sources
+from helpers import (
+    Device,
+    RecordingDevice,
+    assert_only_candidates_came_down,
+    build,
+    sources,
+    staggered,
+)
 
 from nmtserve.decoding.search import SearchOptions
 from nmtserve.model.reference import reference_decode
-from nmtserve.runtime.arrays import HOST, ArrayBackend
+from nmtserve.runtime.arrays import HOST
 from nmtserve.runtime.onnxruntime import OnnxBoundModel
 from nmtserve.server.engine import InflightBatcher
 
 OPTS = SearchOptions(beam_size=3, max_length=24, max_length_a=1.5, max_length_b=3, num_hypotheses=2)
-
-
-class Device(np.ndarray):
-    """Stands for device memory: only the backend creates these, plain NumPy arrays are "host"."""
-
-
-class RecordingDevice(ArrayBackend):
-    name = "recording"
-
-    def __init__(self):
-        self.uploads: list[tuple[str, tuple]] = []
-        self.downloads: list[tuple[str, tuple]] = []
-        self.lock = threading.Lock()
-
-    # 256-byte-aligned allocations, as CUDA's, so the TensorRT stand-in accepts their addresses.
-    def zeros(self, shape, dtype):
-        return ALIGNED_HOST.zeros(shape, dtype).view(Device)
-
-    def empty(self, shape, dtype):
-        return ALIGNED_HOST.empty(shape, dtype).view(Device)
-
-    def is_device(self, array):
-        return isinstance(array, Device)
-
-    def asarray(self, host):
-        assert not isinstance(host, Device), "uploading an array that is already on the device"
-        with self.lock:
-            self.uploads.append((np.asarray(host).dtype.kind, np.shape(host)))
-        return ALIGNED_HOST.asarray(np.asarray(host)).view(Device)
-
-    def asnumpy(self, array):
-        assert isinstance(array, Device), "downloading a host array"
-        with self.lock:
-            self.downloads.append((array.dtype.kind, array.shape))
-        return np.array(array.view(np.ndarray))
-
-    def ascontiguous(self, array):
-        return array if array.flags.c_contiguous else ALIGNED_HOST.asarray(np.asarray(array)).view(Device)
-
-
-def assert_only_candidates_came_down(device: RecordingDevice, engine: InflightBatcher, beam: int, vocab: int) -> None:
-    """Per decoder call: each hypothesis' best 2K+1 log-probs and their token ids, picked inside
-    the decoder graph. Never V floats per hypothesis."""
-    m = 2 * beam + 1
-    assert vocab > 4 * m
-    assert len(device.downloads) == 2 * engine.stats["steps"]
-    assert all(kind in "fi" and shape[1:] == (beam, m) for kind, shape in device.downloads), device.downloads
 
 
 @pytest.fixture(scope="module")

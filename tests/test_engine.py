@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from test_export_parity import build, sources
+from helpers import build, sources, staggered
 
 from nmtserve.decoding.search import SearchOptions
 from nmtserve.model.reference import reference_decode
@@ -29,21 +29,6 @@ def engine_for(onnx_model, max_sentences=6, max_target_len=24, max_beam=4, pool_
 
 def tokens(results):
     return [[h.tokens for h in hyps] for hyps in results]
-
-
-def staggered(engine, srcs, per_request, options, timeout=60):
-    """Requests of ``per_request`` sentences from concurrent clients arriving 3 ms apart, while
-    the earlier ones decode; the results in source order."""
-    got: list = [None] * -(-len(srcs) // per_request)
-
-    def client(j):
-        time.sleep(0.003 * j)
-        got[j] = engine.translate(srcs[per_request * j : per_request * (j + 1)], options, timeout=timeout)
-
-    threads = [threading.Thread(target=client, args=(j,)) for j in range(len(got))]
-    [t.start() for t in threads]
-    [t.join() for t in threads]
-    return [hyps for r in got for hyps in r]
 
 
 def test_staggered_concurrent_requests_equal_the_reference(tiny):

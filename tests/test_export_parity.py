@@ -5,44 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import build, sources
 
 from nmtserve.decoding.search import SearchOptions
-from nmtserve.export.onnx_export import dims_of, export_decoder, export_encoder
 from nmtserve.export.parity import check_parity
-from nmtserve.model.config import TransformerConfig
-from nmtserve.model.transformer import Transformer
-from nmtserve.runtime.onnxruntime import OnnxModel
-from nmtserve.runtime.spec import ModelSpec
 
 VARIANTS = {
     "paper": dict(),
     "pre_norm_gelu_untied": dict(pre_norm=True, activation="gelu", share_embeddings=False, tie_output=False, src_vocab_size=53),
     "marian_like": dict(activation="swish", position_layout="concat", final_logits_bias=True),
 }
-
-
-def build(tmp_path, **kw):
-    base = dict(src_vocab_size=61, tgt_vocab_size=61, d_model=32, h=4, d_ff=48, encoder_layers=2,
-                decoder_layers=2, dropout=0.0, max_positions=128)
-    base.update(kw)
-    torch.manual_seed(0)
-    model = Transformer(TransformerConfig(**base)).eval()
-    with torch.no_grad():  # sharpen the output so that beams diverge and EOS is reachable
-        model.generator.weight.mul_(4.0)
-        if base.get("final_logits_bias"):
-            model.final_logits_bias.normal_()
-    export_encoder(model, tmp_path / "encoder.onnx")
-    export_decoder(model, tmp_path / "decoder.onnx")
-    c = model.config
-    d = dims_of(model)
-    spec = ModelSpec(layers=d.layers, heads=d.heads, d_k=d.d_k, vocab=d.vocab, max_positions=c.max_positions,
-                     pad_id=c.pad_id, bos_id=c.bos_id, eos_id=c.eos_id, unk_id=c.unk_id)
-    return model, OnnxModel(tmp_path / "encoder.onnx", tmp_path / "decoder.onnx", spec, threads=1)
-
-
-def sources(n: int, vocab: int, seed: int = 0) -> list[list[int]]:
-    rng = np.random.default_rng(seed)
-    return [[*rng.integers(4, vocab, size=rng.integers(1, 20)).tolist(), 2] for _ in range(n)]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

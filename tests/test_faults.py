@@ -39,7 +39,7 @@ def _stub_pid(server_pid: int, instance: str) -> int | None:
 
 def test_killing_the_generate_stub_under_load_loses_nothing(demo_repository, demo_checkpoint, demo_sentences,
                                                             tmp_path):
-    from test_server import DEFAULTS
+    from helpers import DEFAULTS
 
     from nmtserve.client import Translator
     from nmtserve.model.reference import translate as reference_translate

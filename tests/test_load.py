@@ -15,8 +15,8 @@ pytestmark = pytest.mark.server
 
 
 def test_sixty_four_clients_for_ten_seconds_all_answered_correctly(demo_server, demo_checkpoint, demo_sentences):
+    from helpers import DEFAULTS
     from load import run_load
-    from test_server import DEFAULTS
 
     from nmtserve.model.reference import translate as reference_translate
 

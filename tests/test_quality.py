@@ -118,7 +118,7 @@ def test_int8_is_served_and_agrees_with_fp32(int8_repository, demo_checkpoint, d
     """Served int8 translations equal the in-process engine on the same int8 graphs (token for
     token), and agree with the fp32 reference decode on nearly every sentence (reported)."""
     import tritonclient.grpc as grpcclient
-    from test_server import DEFAULTS
+    from helpers import DEFAULTS
 
     from nmtserve.model.reference import translate as reference_translate
     from nmtserve.runtime.onnxruntime import OnnxModel

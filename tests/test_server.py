@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from helpers import DEFAULTS
 from tritonclient.utils import InferenceServerException
 
 from nmtserve.decoding.search import SearchOptions
@@ -18,8 +19,6 @@ from nmtserve.model.reference import translate as reference_translate
 
 pytestmark = pytest.mark.server
 
-# The server's defaults (export: beam 4, length penalty 1, max length 2 * source + 10, cap 128).
-DEFAULTS = SearchOptions(beam_size=4, length_penalty=1.0, max_length=128, max_length_a=2.0, max_length_b=10)
 
 
 def _inputs(module, texts, **options):

@@ -97,7 +97,7 @@ def test_a_plan_from_another_export_is_refused_with_every_difference_named():
 @pytest.mark.skipif(not (HAS_TRT and HAS_CUPY), reason="needs TensorRT, CuPy and an NVIDIA GPU")
 def test_inflight_engine_on_tensorrt_plans_equals_the_reference(tmp_path):  # pragma: no cover - GPU only
     """generate's GPU path: plans built by our builder, cache pool on the device, same tokens as PyTorch."""
-    from test_export_parity import build, sources
+    from helpers import build, sources
 
     from nmtserve.decoding.search import SearchOptions
     from nmtserve.export.tensorrt import build_engine
@@ -135,7 +135,7 @@ def standin(monkeypatch):
 
 @pytest.fixture(scope="module")
 def tiny_graphs(tmp_path_factory):
-    from test_export_parity import build
+    from helpers import build
 
     folder = tmp_path_factory.mktemp("trt-standin")
     model, onnx_model = build(folder)
@@ -159,8 +159,7 @@ def standin_model(standin, tiny_graphs, tmp_path, arrays=None, opts=PLAN_OPTS):
 
 
 def test_tensorrt_runtime_drives_the_inflight_batcher_to_the_reference(standin, tiny_graphs, tmp_path):
-    from test_engine import staggered
-    from test_export_parity import sources
+    from helpers import sources, staggered
 
     from nmtserve.decoding.search import SearchOptions
     from nmtserve.model.reference import reference_decode
@@ -180,8 +179,7 @@ def test_tensorrt_runtime_drives_the_inflight_batcher_to_the_reference(standin, 
 
 
 def test_tensorrt_runtime_moves_only_tables_up_and_candidates_down(standin, tiny_graphs, tmp_path):
-    from test_device_arrays import RecordingDevice, assert_only_candidates_came_down
-    from test_export_parity import sources
+    from helpers import RecordingDevice, assert_only_candidates_came_down, sources
 
     from nmtserve.decoding.search import SearchOptions
     from nmtserve.model.reference import reference_decode
@@ -278,8 +276,7 @@ def test_every_execution_is_enqueued_on_the_array_backends_stream(standin, tiny_
     """The stand-in runs at once, but TensorRT only enqueues: the plans must run on the one stream
     the cache pool's copies and the downloads (CupyArrays.asnumpy, blocking on it) are ordered on,
     never on the default stream."""
-    from test_device_arrays import RecordingDevice
-    from test_export_parity import sources
+    from helpers import RecordingDevice, sources
 
     from nmtserve.decoding.search import SearchOptions
     from nmtserve.server.engine import InflightBatcher
