@@ -11,6 +11,7 @@ import logging
 import sys
 from pathlib import Path
 
+from . import defaults
 from .exitcodes import EXIT_ERROR, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE  # noqa: F401 - re-exported
 
 
@@ -99,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("evaluate", help="exact match and BLEU of a checkpoint on its test set")
     p.add_argument("checkpoint")
-    p.add_argument("--beam-size", type=int, default=4)
+    p.add_argument("--beam-size", type=int, default=defaults.BEAM_SIZE, help="beam width")
     p.add_argument("--write", action="store_true", help="write eval.json into the checkpoint")
     p.set_defaults(func=_cmd_evaluate)
 
@@ -136,10 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="int8: CPU graphs with int8 weights, written only if they pass the quality gate; "
                         "fp16: TensorRT plans in fp16 (--target gpu), gated at container start (default fp32)")
     p.add_argument("--fp16", action="store_const", dest="precision", const="fp16", help="same as --precision fp16")
-    p.add_argument("--max-batch", type=int, default=64, help="max sentences per decoding batch")
+    p.add_argument("--max-batch", type=int, default=defaults.MAX_BATCH, help="max sentences per decoding batch")
     p.add_argument("--max-source-len", type=int, default=None, help="max source tokens (default: min(256, model positions))")
     p.add_argument("--max-target-len", type=int, default=None, help="max generated tokens (default: min(256, model positions - 1))")
-    p.add_argument("--beam-size", type=int, default=4, help="default beam width served")
+    p.add_argument("--beam-size", type=int, default=defaults.BEAM_SIZE, help="default beam width served")
     p.add_argument("--step-backend", default="", metavar="{inprocess,tensorrt,onnxruntime-cuda,bls}",
                    help="how generate runs the graphs (default: inprocess on cpu, tensorrt on gpu; "
                         "onnxruntime-cuda: gpu without TensorRT plans; bls: through the encoder/decoder models)")

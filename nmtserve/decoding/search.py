@@ -40,6 +40,8 @@ from typing import Literal, Protocol
 
 import numpy as np
 
+from .. import defaults
+
 # transformers starts beams 1..K-1 at -1e9 so the first step expands beam 0 only; a finite
 # value keeps degenerate tiny vocabularies (V < 2K) well defined.
 _INITIAL_OTHER_BEAMS = -1e9
@@ -74,7 +76,7 @@ class StepModel(Protocol):
 class SearchOptions:
     """Decoding options. Lengths count generated target tokens, EOS included."""
 
-    beam_size: int = 4
+    beam_size: int = defaults.BEAM_SIZE
     length_penalty: float = 1.0
     # Maximum generated length per sentence: min(max_length, a * source_length + b).
     max_length: int = 256

@@ -48,10 +48,10 @@ class ExportOptions:
     name: str = "translate"
     target: str = "cpu"
     precision: str = "fp32"  # PRECISIONS
-    max_batch: int = 64
+    max_batch: int = ModelSpec.max_batch
     max_source_len: int | None = None  # None: min(256, the model's positions)
     max_target_len: int | None = None  # None: min(256, the model's positions - 1)
-    beam_size: int = 4
+    beam_size: int = ModelSpec.beam_size
     parity_sentences: int = 50
     skip_parity: bool = False
     step_backend: str = ""  # how generate runs the graphs; "": the target's default

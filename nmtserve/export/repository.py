@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import contract, graphs
+from ..runtime.spec import ModelSpec
 from ..server.engine import QueueLimits
 from ..server.protocol import STEP_BACKENDS, RequestLimits
 from .quality import GATE_FILE, REPORT_FILE
@@ -50,7 +51,7 @@ _TRITON_TYPES = {"int32": "TYPE_INT32", "int64": "TYPE_INT64", "bool": "TYPE_BOO
 @dataclass(frozen=True)
 class RepositoryOptions:
     name: str = "translate"
-    max_batch: int = 64  # sentences in the running decode batch
+    max_batch: int = ModelSpec.max_batch  # sentences in the running decode batch
     max_beam: int = graphs.DEFAULT_MAX_BEAM
     # CPU decode loops and ONNX Runtime threads per call; 0: chosen at load for the cores present
     # (nmtserve.server.triton_models.cpu_layout: 2 loops x cores // 2 threads).

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import graphs
-from ..runtime.spec import file_sha256  # torch-free: the GPU image has no torch
+from ..runtime.spec import ModelSpec, file_sha256  # torch-free: the GPU image has no torch
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ class TensorRTUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class BuildOptions:
-    max_batch: int = 64  # sentences per call
+    max_batch: int = ModelSpec.max_batch  # sentences per call
     max_beam: int = graphs.DEFAULT_MAX_BEAM
     max_source_len: int = 256
     max_target_len: int = 256

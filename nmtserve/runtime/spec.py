@@ -7,7 +7,7 @@ import json
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
-from .. import graphs
+from .. import defaults, graphs
 
 SPEC_FILE = "model.json"
 
@@ -26,9 +26,9 @@ class ModelSpec:
     src_vocab: int = 0  # source vocabulary size (0: not recorded, by an export before it was)
     max_source_len: int = 256
     max_target_len: int = 256
-    max_batch: int = 64
+    max_batch: int = defaults.MAX_BATCH
     # Defaults served when a request does not set them.
-    beam_size: int = 4
+    beam_size: int = defaults.BEAM_SIZE
     length_penalty: float = 1.0
     max_length_a: float = 2.0
     max_length_b: int = 10
