@@ -15,6 +15,17 @@ ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "models" / "en-fr-numbers"
 
 
+@pytest.fixture(scope="session")
+def install():
+    """The tritonserver of the nvidia-pytriton wheel (the tests that need it skip without it)."""
+    from nmtserve.server.install import TritonNotInstalledError, find_tritonserver
+
+    try:
+        return find_tritonserver()
+    except TritonNotInstalledError as exc:
+        pytest.skip(str(exc))
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """Tiny models: a second intra-op thread only adds synchronisation (3x slower here)."""

@@ -45,9 +45,7 @@ from nmtserve.client.cli import _progress
 from nmtserve.server.launcher import (
     ServerConfig,
     TritonInstall,
-    TritonNotInstalledError,
     TritonServer,
-    find_tritonserver,
     free_port,
     free_ports,
 )
@@ -312,14 +310,6 @@ def test_a_rejected_request_fails_the_call_without_retrying() -> None:
 
 # --------------------------------------------------------------------------------------------
 # Against a real tritonserver
-
-
-@pytest.fixture(scope="module")
-def install() -> TritonInstall:
-    try:
-        return find_tritonserver()
-    except TritonNotInstalledError as exc:
-        pytest.skip(str(exc))
 
 
 def make_server(install: TritonInstall, tmp: Path, ports: list[int] | None = None) -> TritonServer:

@@ -41,14 +41,6 @@ TEXTS = ["Guten Morgen.", "Grüße aus Köln – ✓", ""]
 
 
 @pytest.fixture(scope="module")
-def install() -> TritonInstall:
-    try:
-        return find_tritonserver()
-    except TritonNotInstalledError as exc:
-        pytest.skip(str(exc))
-
-
-@pytest.fixture(scope="module")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("cache")
 
