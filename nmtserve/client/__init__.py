@@ -24,8 +24,7 @@ blank sentences, and reports a sentence the server names as ``TEXT[i]`` by its i
 """
 
 from ._async import AsyncTranslator
-from ._protocol import Options
-from ._results import Hypothesis, Translation
+from ._protocol import Hypothesis, Options, Translation
 from ._sync import Translator
 from .errors import (
     InvalidInputError,

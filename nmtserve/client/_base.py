@@ -8,8 +8,7 @@ from collections.abc import Iterable
 
 from . import _constants as C
 from ._batching import Chunk, Job
-from ._protocol import Options
-from ._results import Translation
+from ._protocol import Options, Translation
 from ._retry import Attempts, Deadline, RetryPolicy, map_exception
 from .errors import ModelNotFoundError, ServerUnavailableError, TranslationError
 

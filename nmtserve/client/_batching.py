@@ -14,8 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 
 from . import _constants as C
-from ._protocol import Options
-from ._results import Translation
+from ._protocol import Options, Translation
 from .errors import InvalidInputError
 
 

@@ -13,8 +13,7 @@ from typing import overload
 from . import _constants as C
 from ._base import BaseTranslator
 from ._batching import Chunk, Job, failed_translation, isolate_rejected
-from ._protocol import Options, decode_response, encode_request
-from ._results import Translation
+from ._protocol import Options, Translation, decode_response, encode_request
 from ._retry import Deadline
 from ._transports import SYNC_TRANSPORTS
 from .errors import InvalidInputError

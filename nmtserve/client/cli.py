@@ -26,8 +26,7 @@ from typing import Any, TextIO
 
 from ..exitcodes import EXIT_ERROR, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from . import _constants as C
-from ._protocol import Options
-from ._results import Translation
+from ._protocol import Options, Translation
 from ._sync import Translator
 from .errors import (
     InvalidInputError,
