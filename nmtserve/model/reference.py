@@ -51,7 +51,9 @@ class TorchRuntime:
         src = torch.from_numpy(np.ascontiguousarray(src_ids, dtype=np.int64)).to(self.device)
         with torch.no_grad():
             kv = self.model.memory_kv(self.model.encode(src))
-        return [self._out(k) for k, _ in kv], [self._out(v) for _, v in kv]
+        # Contiguous once here, so that every step's feeds convert without a copy.
+        return ([np.ascontiguousarray(self._out(k)) for k, _ in kv],
+                [np.ascontiguousarray(self._out(v)) for _, v in kv])
 
     def run_step(self, feeds: dict[str, np.ndarray], outputs: Sequence[str] = graphs.STEP_OUTPUTS) -> dict[str, np.ndarray]:
         n = self.spec.layers
