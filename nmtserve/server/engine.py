@@ -167,7 +167,10 @@ class InflightBatcher:
         self._thread: threading.Thread | None = None
         self._groups: dict[int, _Group] = {}  # beam width -> its running sentences
         # Counters since start; "peak_running" is the largest running batch since take_peak().
-        self.stats = {"steps": 0, "sentences": 0, "requests": 0, "tokens": 0, "max_batch_seen": 0, "peak_running": 0}
+        # "request_seconds": queue + decode time of every answered request, summed (its average
+        # is request_seconds / requests).
+        self.stats = {"steps": 0, "sentences": 0, "requests": 0, "request_seconds": 0.0, "tokens": 0,
+                      "max_batch_seen": 0, "peak_running": 0}
 
     # ---- public API -----------------------------------------------------------------
     def start(self) -> InflightBatcher:
@@ -181,6 +184,11 @@ class InflightBatcher:
             self._cond.notify_all()
         if self._thread:
             self._thread.join(timeout)
+
+    @property
+    def capacity(self) -> int:
+        """Sentences the running batch can hold."""
+        return self.max_sentences
 
     @property
     def running(self) -> int:
@@ -415,6 +423,7 @@ class InflightBatcher:
         self.stats["tokens"] += len(results[0].tokens) if results else 0
         if request.remaining == 0:
             self.stats["requests"] += 1
+            self.stats["request_seconds"] += time.monotonic() - request.queued_at
             request.callback(request.results, None)  # type: ignore[arg-type]
 
 
@@ -627,6 +636,10 @@ class EnginePool:
 
     def take_peak(self) -> int:
         return sum(e.take_peak() for e in self.engines)
+
+    @property
+    def capacity(self) -> int:
+        return sum(e.capacity for e in self.engines)
 
     @property
     def running(self) -> int:

@@ -293,11 +293,16 @@ class _EngineMetrics:
         "nmtserve_sentences_running": "Sentences decoding in the in-flight batch",
         "nmtserve_sentences_queued": "Sentences waiting to join the in-flight batch",
         "nmtserve_batch_peak_sentences": "Largest in-flight batch since the previous report (every 0.5 s)",
+        "nmtserve_batch_occupancy": "Sentences decoding / the batch's capacity (0..1)",
     }
     COUNTERS = {
         "nmtserve_decode_steps_total": ("steps", "Decoder steps run (one per step of the whole in-flight batch)"),
         "nmtserve_sentences_total": ("sentences", "Sentences decoded"),
         "nmtserve_generated_tokens_total": ("tokens", "Tokens of the best hypotheses returned, EOS included"),
+        "nmtserve_requests_total": ("requests", "Requests answered (a request split over decode loops counts per part)"),
+        "nmtserve_request_seconds_total": ("request_seconds",
+                                           "Queue + decode seconds of the answered requests, summed (average: "
+                                           "rate of this / rate of nmtserve_requests_total)"),
     }
 
     def __init__(self, model: str):
@@ -316,6 +321,7 @@ class _EngineMetrics:
         self.gauges["nmtserve_sentences_running"].set(engine.running)
         self.gauges["nmtserve_sentences_queued"].set(engine.queued)
         self.gauges["nmtserve_batch_peak_sentences"].set(peak)
+        self.gauges["nmtserve_batch_occupancy"].set(engine.running / max(1, engine.capacity))
         for key, metric in self.counters.values():
             value = stats[key]
             if value > self.reported[key]:
