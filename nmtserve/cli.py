@@ -118,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=4, help="requests in flight")
     p.add_argument("--timeout", type=float, default=60.0, help="per-request timeout, seconds")
     p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+    p.add_argument("--header", action="append", default=[], metavar="NAME=VALUE",
+                   help="send this header with every request (repeatable; e.g. an auth token for a gateway)")
     p.add_argument("--on-error", choices=["empty", "skip", "fail"], default="empty",
                    help="a line the server rejects (too long, invalid UTF-8, ...): its error goes to stderr "
                         "naming FILE:LINE and the other lines are translated; empty: an empty output line "
@@ -177,7 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Runs the real tritonserver shipped in the nvidia-pytriton wheel on a repository written by "
                     "`nmtserve export` (ONNX Runtime on the CPU) until Ctrl+C or SIGTERM. Bound to loopback "
                     "unless --host says otherwise; beyond loopback the model-repository, shared-memory, trace "
-                    "and logging APIs need the header nmtserve-admin-key: $NMTSERVE_ADMIN_KEY.",
+                    "and logging APIs need the header nmtserve-admin-key: $NMTSERVE_ADMIN_KEY (gRPC metadata "
+                    "triton-grpc-protocol-nmtserve-admin-key).",
     )
     p.add_argument("--model-repository", default="model_repository", help="the Triton model repository")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0: every interface)")

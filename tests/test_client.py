@@ -803,3 +803,41 @@ def test_the_other_protocols_port_is_named_not_called_unavailable(
     code, _, err = run_cli(["translate", "--url", wrong, "--protocol", protocol], "a b\n", monkeypatch)
     assert code == 3
     assert f"--protocol {other}" in err and "is the server running" not in err
+
+
+@pytest.mark.server
+def test_headers_reach_the_server_from_the_library_and_the_cli(
+    install: TritonInstall, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that answers inference and health only with an `api-key: s3cret` header (Triton's
+    restricted protocols, as a gateway's auth would; over gRPC Triton reads it as the metadata
+    `triton-grpc-protocol-api-key`): the client's headers get every call through."""
+    key = {"grpc": {"triton-grpc-protocol-api-key": "s3cret"}, "http": {"api-key": "s3cret"}}
+    server = make_server(install, tmp_path)
+    restricted = "inference,health,metadata:api-key=s3cret"
+    server.config.extra_args = (f"--grpc-restricted-protocol={restricted}", f"--http-restricted-api={restricted}")
+    server.start()
+    try:
+        deadline = time.monotonic() + 60
+        with Translator(server.urls.grpc_address, headers=key["grpc"]) as tr:
+            while not tr.is_ready() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert tr.translate("a b c").text == "c b a"
+        for protocol in PROTOCOLS:
+            with Translator(address(server, protocol), protocol, max_retries=0) as tr:
+                with pytest.raises(TranslationError):
+                    tr.translate("a b")
+            with Translator(address(server, protocol), protocol, headers=key[protocol]) as tr:
+                assert tr.translate(["a b", "c d"]) == [Translation("b a", -2.0), Translation("d c", -2.0)]
+
+            async def run(protocol: str = protocol) -> str:
+                async with AsyncTranslator(address(server, protocol), protocol, headers=key[protocol]) as tr:
+                    return (await tr.translate("x y")).text
+
+            assert asyncio.run(run()) == "y x"
+        code, out, _ = run_cli(["translate", "--url", server.urls.http_address, "--protocol", "http",
+                                "--header", "api-key=s3cret"],
+                               "one two\n", monkeypatch)
+        assert (code, out) == (0, "two one\n")
+    finally:
+        server.stop()

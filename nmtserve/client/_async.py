@@ -25,7 +25,9 @@ class AsyncTranslator(BaseTranslator):
     """
 
     def _open(self) -> None:
-        self._transport = ASYNC_TRANSPORTS[self.protocol](self.url, self.timeout, self.concurrency)
+        self._transport = ASYNC_TRANSPORTS[self.protocol](
+            self.url, self.timeout, self.concurrency, self.headers
+        )
         self._slots = asyncio.Semaphore(self.concurrency)
         self._closed = False
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from . import _constants as C
 from ._batching import Chunk, Job
@@ -66,6 +66,7 @@ class BaseTranslator:
         batch_size: int = C.DEFAULT_BATCH_SIZE,
         max_batch_tokens: int | None = C.DEFAULT_MAX_BATCH_TOKENS,
         concurrency: int = C.DEFAULT_CONCURRENCY,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
@@ -86,6 +87,10 @@ class BaseTranslator:
         )
         self.concurrency = _positive_int("concurrency", concurrency)
         self.retry_policy = RetryPolicy(max_retries=max_retries)
+        if headers is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+            raise ValueError("headers must map header names to string values")
+        # Sent with every request and health check (e.g. an auth token for a gateway in front).
+        self.headers = dict(headers) if headers else None
         self._open()
 
     def _open(self) -> None:

@@ -37,6 +37,8 @@ class Translator(BaseTranslator):
         max_batch_tokens: most padded whitespace tokens per request (sentences x the longest);
             None: no budget.
         concurrency: most requests in flight at once (across concurrent calls too).
+        headers: sent with every request and health check (e.g. ``{"authorization": "Bearer
+            ..."}`` for a gateway in front of the servers).
 
     ``translate("one sentence")`` returns a Translation; ``translate(lines)`` returns a list of
     the same length and order. Blank lines become empty translations without a request.
@@ -47,7 +49,9 @@ class Translator(BaseTranslator):
     """
 
     def _open(self) -> None:
-        self._transport = SYNC_TRANSPORTS[self.protocol](self.url, self.timeout, self.concurrency)
+        self._transport = SYNC_TRANSPORTS[self.protocol](
+            self.url, self.timeout, self.concurrency, self.headers
+        )
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self._closed = False

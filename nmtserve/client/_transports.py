@@ -56,7 +56,8 @@ class GrpcTransport:
     # Each call takes its own time limit (so a call's deadline reaches into the request).
     per_request_timeout = True
 
-    def __init__(self, url: str, timeout: float | None, concurrency: int) -> None:
+    def __init__(self, url: str, timeout: float | None, concurrency: int, headers: dict[str, str] | None = None) -> None:
+        self._headers = dict(headers) if headers else None
         import tritonclient.grpc as module
 
         self._module = module
@@ -70,15 +71,16 @@ class GrpcTransport:
             outputs=outputs,
             client_timeout=timeout,
             timeout=_server_timeout_us(timeout),
+            headers=self._headers,
         )
 
     def probe(self, model: str, timeout: float | None) -> tuple[bool, bool]:
         client = self._client
-        if not client.is_server_ready(client_timeout=timeout):
+        if not client.is_server_ready(headers=self._headers, client_timeout=timeout):
             return False, False
-        if client.is_model_ready(model, client_timeout=timeout):
+        if client.is_model_ready(model, headers=self._headers, client_timeout=timeout):
             return True, True
-        client.get_model_metadata(model, client_timeout=timeout)  # raises for an unknown model
+        client.get_model_metadata(model, headers=self._headers, client_timeout=timeout)  # raises for an unknown model
         return True, False
 
     def close(self) -> None:
@@ -93,7 +95,8 @@ class HttpTransport:
 
     per_request_timeout = False
 
-    def __init__(self, url: str, timeout: float | None, concurrency: int) -> None:
+    def __init__(self, url: str, timeout: float | None, concurrency: int, headers: dict[str, str] | None = None) -> None:
+        self._headers = dict(headers) if headers else None
         import tritonclient.http as module
         from geventhttpclient.response import HTTPParseError
 
@@ -125,16 +128,16 @@ class HttpTransport:
     def infer(self, model: str, request: Request, timeout: float | None) -> Any:
         inputs, outputs = tritonclient_tensors(self._module, request)
         return self._client().infer(
-            model, inputs, outputs=outputs, timeout=_server_timeout_us(timeout)
+            model, inputs, outputs=outputs, timeout=_server_timeout_us(timeout), headers=self._headers
         )
 
     def probe(self, model: str, timeout: float | None) -> tuple[bool, bool]:
         client = self._client()
-        if not client.is_server_ready():
+        if not client.is_server_ready(headers=self._headers):
             return False, False
-        if client.is_model_ready(model):
+        if client.is_model_ready(model, headers=self._headers):
             return True, True
-        client.get_model_metadata(model)  # raises for an unknown model
+        client.get_model_metadata(model, headers=self._headers)  # raises for an unknown model
         return True, False
 
     def close(self) -> None:
@@ -157,7 +160,8 @@ class AsyncGrpcTransport:
 
     connection_errors: tuple[type[BaseException], ...] = ()
 
-    def __init__(self, url: str, timeout: float | None, concurrency: int) -> None:
+    def __init__(self, url: str, timeout: float | None, concurrency: int, headers: dict[str, str] | None = None) -> None:
+        self._headers = dict(headers) if headers else None
         import tritonclient.grpc as module
         import tritonclient.grpc.aio as aio
 
@@ -181,15 +185,16 @@ class AsyncGrpcTransport:
             outputs=outputs,
             client_timeout=timeout,
             timeout=_server_timeout_us(timeout),
+            headers=self._headers,
         )
 
     async def probe(self, model: str, timeout: float | None) -> tuple[bool, bool]:
         client = self._get()
-        if not await client.is_server_ready(client_timeout=timeout):
+        if not await client.is_server_ready(headers=self._headers, client_timeout=timeout):
             return False, False
-        if await client.is_model_ready(model, client_timeout=timeout):
+        if await client.is_model_ready(model, headers=self._headers, client_timeout=timeout):
             return True, True
-        await client.get_model_metadata(model, client_timeout=timeout)
+        await client.get_model_metadata(model, headers=self._headers, client_timeout=timeout)
         return True, False
 
     async def close(self) -> None:
@@ -202,7 +207,8 @@ class AsyncHttpTransport:
     """tritonclient.http.aio (aiohttp); the session is made on first use, inside the loop.
     Time limits are asyncio's, so each request gets its own (deadline-aware) limit."""
 
-    def __init__(self, url: str, timeout: float | None, concurrency: int) -> None:
+    def __init__(self, url: str, timeout: float | None, concurrency: int, headers: dict[str, str] | None = None) -> None:
+        self._headers = dict(headers) if headers else None
         import aiohttp
         import tritonclient.http as module
         import tritonclient.http.aio as aio
@@ -229,17 +235,17 @@ class AsyncHttpTransport:
     async def infer(self, model: str, request: Request, timeout: float | None) -> Any:
         inputs, outputs = tritonclient_tensors(self._module, request)
         call = self._get().infer(
-            model, inputs, outputs=outputs, timeout=_server_timeout_us(timeout)
+            model, inputs, outputs=outputs, timeout=_server_timeout_us(timeout), headers=self._headers
         )
         return await asyncio.wait_for(call, timeout)
 
     async def probe(self, model: str, timeout: float | None) -> tuple[bool, bool]:
         client = self._get()
-        if not await asyncio.wait_for(client.is_server_ready(), timeout):
+        if not await asyncio.wait_for(client.is_server_ready(headers=self._headers), timeout):
             return False, False
-        if await asyncio.wait_for(client.is_model_ready(model), timeout):
+        if await asyncio.wait_for(client.is_model_ready(model, headers=self._headers), timeout):
             return True, True
-        await asyncio.wait_for(client.get_model_metadata(model), timeout)
+        await asyncio.wait_for(client.get_model_metadata(model, headers=self._headers), timeout)
         return True, False
 
     async def close(self) -> None:

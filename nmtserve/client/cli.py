@@ -192,7 +192,14 @@ def _options(args: argparse.Namespace) -> tuple[Options, dict[str, Any]]:
         ):
             message = message.replace(param, flag)
         raise UsageError(message) from None
+    headers = {}
+    for item in getattr(args, "header", []) or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--header takes NAME=VALUE, got {item!r}")
+        headers[name.strip()] = value
     translator_args = {
+        "headers": headers or None,
         "url": args.url,  # None: localhost on the protocol's default port
         "protocol": args.protocol,
         "model": args.model,

@@ -101,7 +101,7 @@ def _repository_models(repository: Path) -> set[str]:
 # stopping (nmtserve.server.triton_models.GenerateModel drains its engine then).
 DRAIN_ENV = "NMTSERVE_DRAIN_FILE"
 RESTRICTED_APIS = ("model-repository", "shared-memory", "trace", "logging")
-ADMIN_HEADER = "nmtserve-admin-key"
+ADMIN_HEADER = "nmtserve-admin-key"  # over gRPC Triton expects it as "triton-grpc-protocol-nmtserve-admin-key"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "ipv6:[::1]")
 
 
