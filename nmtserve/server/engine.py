@@ -169,8 +169,8 @@ class InflightBatcher:
         # Counters since start; "peak_running" is the largest running batch since take_peak().
         # "request_seconds": queue + decode time of every answered request, summed (its average
         # is request_seconds / requests).
-        self.stats = {"steps": 0, "sentences": 0, "requests": 0, "request_seconds": 0.0, "tokens": 0,
-                      "max_batch_seen": 0, "peak_running": 0}
+        self.stats: dict[str, float] = {"steps": 0, "sentences": 0, "requests": 0, "request_seconds": 0.0,
+                                         "tokens": 0, "max_batch_seen": 0, "peak_running": 0}
 
     # ---- public API -----------------------------------------------------------------
     def start(self) -> InflightBatcher:
@@ -228,7 +228,7 @@ class InflightBatcher:
     def take_peak(self) -> int:
         """The largest running batch since the previous call (the metrics reporter's)."""
         peak, self.stats["peak_running"] = self.stats["peak_running"], self.running
-        return peak
+        return int(peak)
 
     # ---- the loop -----------------------------------------------------------------
     def _loop(self) -> None:
