@@ -89,14 +89,6 @@ def _process_alive(pid: int) -> bool:
     return state != "Z"  # a zombie has exited; its parent has not reaped it yet
 
 
-def _repository_models(repository: Path) -> set[str]:
-    """The models Triton loads from ``repository`` (--model-control-mode=none: every folder with a config)."""
-    try:
-        return {d.name for d in Path(repository).iterdir() if (d / "config.pbtxt").is_file()}
-    except OSError:
-        return set()
-
-
 # The environment variable naming the file whose appearance tells the models the server is
 # stopping (nmtserve.server.triton_models.GenerateModel drains its engine then).
 DRAIN_ENV = "NMTSERVE_DRAIN_FILE"
@@ -384,6 +376,7 @@ class TritonServer:
         self._log_handle: IO[bytes] | None = None
         self._log_thread: threading.Thread | None = None
         self._drain_file: Path | None = None
+        self._models: list[str] = []  # what Triton loads (check_model_repository, at start)
 
     # -- properties
 
@@ -443,7 +436,7 @@ class TritonServer:
         if self.is_running():
             raise ServerError(f"tritonserver is already running (pid {self.pid})")
         config = self.config
-        check_model_repository(config.model_repository)
+        self._models = check_model_repository(config.model_repository)
         check_ports_free(config)
         install = self._install = self._install or find_tritonserver()
         backend_directory = prepare_backend_directory(install, config.cache_dir)
@@ -612,12 +605,13 @@ class TritonServer:
             if self._drain_file is not None and (self.config.model_repository / "generate").is_dir():
                 self._drain_file.touch()
                 self._wait_drained(time.monotonic() + DRAIN_SECONDS)
-            models = _repository_models(self.config.model_repository)
-            log_start = self._log_path.stat().st_size if self._log_path and self._log_path.exists() else 0
+            waiting = {f"successfully unloaded '{m}'" for m in self._models}
+            log_at = self._log_path.stat().st_size if self._log_path and self._log_path.exists() else 0
             process.send_signal(signal.SIGINT)
             unloaded = False
             while process.poll() is None and time.monotonic() < deadline:
-                if not unloaded and models and self._all_unloaded(models, log_start):
+                log_at = self._unloads_seen(waiting, log_at)
+                if not unloaded and self._models and not waiting:
                     unloaded = True
                     LOGGER.info("every model unloaded: ending tritonserver")
                     self._kill_group(process)
@@ -677,13 +671,18 @@ class TritonServer:
         while time.monotonic() < until and not any(self._drain_file.parent.glob(pattern)):
             time.sleep(0.005)
 
-    def _all_unloaded(self, models: set[str], log_start: int) -> bool:
-        if self._log_path is None or not self._log_path.exists():
-            return False
+    def _unloads_seen(self, waiting: set[str], position: int) -> int:
+        """Drop from ``waiting`` the unload lines the log gained since ``position`` (complete lines
+        only); the position to read from next time."""
+        if not waiting or self._log_path is None or not self._log_path.exists():
+            return position
         with self._log_path.open("rb") as log:
-            log.seek(log_start)
-            text = log.read().decode("utf-8", "replace")
-        return all(f"successfully unloaded '{m}'" in text for m in models)
+            log.seek(position)
+            new = log.read()
+        complete = new[: new.rfind(b"\n") + 1]
+        text = complete.decode("utf-8", "replace")
+        waiting.difference_update({w for w in waiting if w in text})
+        return position + len(complete)
 
     @staticmethod
     def _kill_group(process: subprocess.Popen[bytes]) -> None:
