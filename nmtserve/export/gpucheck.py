@@ -128,8 +128,7 @@ def check_repository(repository: Path, cache: Path, opts: CheckOptions = CheckOp
                                        "test.en, or --gate-source FILE) so there are sentences to check on")
     tokenizer = load_tokenizer(artifacts, spec)
     texts = quality.GateSet.load(gate_file).sources[: opts.sentences]
-    sources = [s if len(s) <= spec.max_source_len else [*s[: spec.max_source_len - 1], spec.eos_id]
-               for s in (tokenizer.encode(t) for t in texts)]
+    sources = quality.encode_sources(tokenizer, texts, spec)
     options = parse_search_options({}, spec, spec.max_beam)
     batch = min(opts.batch, spec.max_batch)
     reference = OnnxModel(artifacts / "encoder.onnx", artifacts / "decoder.onnx", spec)

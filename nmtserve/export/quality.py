@@ -91,6 +91,13 @@ def checkpoint_gate_set(checkpoint: Path, limit: int = DEFAULT_GATE_SENTENCES) -
     return read_gate_set(src, refs[0], limit)
 
 
+def encode_sources(tokenizer, texts: Sequence[str], spec) -> list[list[int]]:
+    """The gate sentences as source ids, a sentence longer than the export's max_source_len cut
+    to it (EOS kept): a check measures translations, it does not refuse its own inputs."""
+    sources = [tokenizer.encode(t) for t in texts]
+    return [s if len(s) <= spec.max_source_len else [*s[: spec.max_source_len - 1], spec.eos_id] for s in sources]
+
+
 def translate(runtime, tokenizer, texts: Sequence[str], options, max_sentences: int | None = None,
               ) -> tuple[list[list[int]], float]:
     """Best hypothesis' tokens for every text, decoded by the serving engine on ``runtime`` (at most
@@ -98,8 +105,7 @@ def translate(runtime, tokenizer, texts: Sequence[str], options, max_sentences: 
     from ..server.engine import InflightBatcher  # noqa: PLC0415 - keeps this module light to import
 
     spec = runtime.spec
-    sources = [tokenizer.encode(t) for t in texts]
-    sources = [s if len(s) <= spec.max_source_len else [*s[: spec.max_source_len - 1], spec.eos_id] for s in sources]
+    sources = encode_sources(tokenizer, texts, spec)
     running = min(max_sentences or spec.max_batch, spec.max_batch)
     engine = InflightBatcher(runtime, max_sentences=running, max_beam=max(spec.max_beam, options.beam_size)).start()
     try:
