@@ -26,8 +26,8 @@ def _add_search_options(p: argparse.ArgumentParser) -> None:
 def _cmd_train(args: argparse.Namespace) -> int:
     from .demo.train import TrainOptions, train
 
-    opts = TrainOptions(output=Path(args.output), max_minutes=args.minutes, train_size=args.train_size, seed=args.seed,
-                        max_steps=args.max_steps, resume=args.resume)
+    given = {"max_minutes": args.minutes, "train_size": args.train_size, "seed": args.seed, "max_steps": args.max_steps}
+    opts = TrainOptions(output=Path(args.output), resume=args.resume, **{k: v for k, v in given.items() if v is not None})
     train(opts)
     if not args.no_eval:
         from .model.evaluate import evaluate_checkpoint
@@ -90,10 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train the demo model on a generated English->French corpus (CPU)")
     p.add_argument("--output", "-o", default="models/en-fr-numbers", help="checkpoint directory to write")
-    p.add_argument("--minutes", type=float, default=30.0, help="wall-clock cap on training")
-    p.add_argument("--train-size", type=int, default=200_000, help="training pairs to generate")
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--max-steps", type=int, default=1900, help="optimizer steps (the demo: 1,861)")
+    # Defaults live in TrainOptions (the shipped demo's recipe); None here means "the recipe's".
+    p.add_argument("--minutes", type=float, default=None, help="wall-clock guard on training (recipe: 75)")
+    p.add_argument("--train-size", type=int, default=None, help="training pairs to generate (recipe: 400,000)")
+    p.add_argument("--seed", type=int, default=None, help="corpus and initialisation seed (recipe: 1234)")
+    p.add_argument("--max-steps", type=int, default=None,
+                   help="optimizer steps; the learning-rate schedule ends here (recipe: 7,000)")
     p.add_argument("--resume", action="store_true", help="continue the run saved in --output")
     p.add_argument("--no-eval", action="store_true", help="skip the test-set evaluation")
     p.set_defaults(func=_cmd_train)

@@ -33,5 +33,17 @@ sys.exit("tritonserver did not become ready in 180 s")
 PY
 
 echo "==> translating examples/sentences.en over gRPC" >&2
-paste examples/sentences.en <(nmtserve translate --url "127.0.0.1:$grpc_port" examples/sentences.en) \
-  | sed 's/\t/\n    -> /'
+translations="$(mktemp)"
+trap 'rm -f "$translations"; kill -INT $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
+nmtserve translate --url "127.0.0.1:$grpc_port" examples/sentences.en > "$translations"
+# Each source, its translation, and the reference the corpus generator wrote (examples/sentences.fr).
+python - examples/sentences.en "$translations" examples/sentences.fr <<'PY'
+import sys
+sources, got, want = (open(p, encoding="utf-8").read().splitlines() for p in sys.argv[1:])
+for source, translation, reference in zip(sources, got, want, strict=True):
+    print(source)
+    print(f"    -> {translation}" + ("" if translation == reference else f"\n       expected: {reference}"))
+same = sum(g == w for g, w in zip(got, want))
+print(f"{same}/{len(sources)} as expected")
+sys.exit(0 if same == len(sources) else 1)
+PY

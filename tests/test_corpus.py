@@ -272,11 +272,33 @@ def test_generated_sentences_are_well_formed(sample: list[corpus.Example]) -> No
             assert ex.target.startswith("le nombre ")
             assert words and ex.target.removeprefix("le nombre ")
     # The compound form with a date prefix follows the documented shape.
-    dated = [(s, t) for s, t in pairs.items() if s.startswith("On ")]
+    dated = [(s, t) for s, t in pairs.items() if s.startswith("On ") and not s.startswith("On the ")]
     assert dated
     for source, target in dated:
         assert re.fullmatch(r"On [A-Z][^,]*(, [^,]+)?, \d{4}, .+\.", source), source
         assert re.fullmatch(r"Le .+ \d{4}, .+\.", target), target
+    # The compound form with an ordinal opener: "On the first day, ..." / "For the third time, ...".
+    ordinal_led = [(s, t) for s, t in pairs.items() if s.startswith(("On the ", "For the "))]
+    assert ordinal_led
+    for source, target in ordinal_led:
+        assert re.fullmatch(r"(On the [a-z -]+ day|For the [a-z -]+ time), (I|[a-z]).+\.", source), source
+        assert re.fullmatch(r"(Le [a-zè -]+ jour|Pour la [a-zè -]+ fois), [a-z].+\.", target), target
+
+
+def test_round_numbers_and_small_ordinals_are_common(sample: list[corpus.Example]) -> None:
+    # Uniform draws almost never give "douze mille" or "the first day"; the corpus must.
+    bare_thousands = [ex for ex in sample if re.search(r"\bmille( euros?)?\.?$", ex.target)]
+    assert len(bare_thousands) > 0.002 * len(sample)
+    firsts = [ex for ex in sample if re.search(r"\b(premier|première)\b", ex.target)]
+    assert len(firsts) > 0.003 * len(sample)
+    assert all(" first " in f" {ex.source} " for ex in firsts)
+
+
+def test_sample_number_rounding_keeps_the_bounds() -> None:
+    rng = random.Random(5)
+    for _ in range(5_000):
+        assert 150 <= corpus.sample_number(rng, low=150, high=2_000) <= 2_000
+        assert 1 <= corpus.sample_ordinal(rng, 7) <= 7
 
 
 def test_feminine_counts_avoid_un_mille() -> None:

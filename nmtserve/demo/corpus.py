@@ -100,12 +100,38 @@ _NUMBER_BUCKETS: tuple[tuple[int, int, float], ...] = (
 )
 
 
+# Share of draws of 100 or more rounded to one or two significant digits ("twelve thousand",
+# "three hundred"): uniform draws almost never end in a bare "mille"/"cent", and a model that
+# never saw one invents a tail ("douze mille douze euros").
+ROUND_SHARE = 0.2
+
+
 def sample_number(rng: random.Random, low: int = 0, high: int = MAX_NUMBER) -> int:
-    """Draw an integer in [low, high] with the small-number skew of ``_NUMBER_BUCKETS``."""
+    """Draw an integer in [low, high] with the small-number skew of ``_NUMBER_BUCKETS``.
+
+    A ``ROUND_SHARE`` of the draws of 100 or more is rounded down to one or two significant
+    digits (kept within [low, high]).
+    """
     buckets = [(max(lo, low), min(hi, high), w) for lo, hi, w in _NUMBER_BUCKETS]
     buckets = [b for b in buckets if b[0] <= b[1]]
     lo, hi, _ = rng.choices(buckets, weights=[w for _, _, w in buckets])[0]
-    return rng.randint(lo, hi)
+    n = rng.randint(lo, hi)
+    if n >= 100 and rng.random() < ROUND_SHARE:
+        factor = 10 ** (len(str(n)) - rng.choice((1, 2)))
+        n = max(low, n // factor * factor)
+    return n
+
+
+# Share of ordinal draws taken uniformly from 1..20: "first", "second", ... are irregular in
+# both languages and the bucketed draw sees each of them too rarely ("le unième jour").
+SMALL_ORDINAL_SHARE = 0.35
+
+
+def sample_ordinal(rng: random.Random, highest: int) -> int:
+    """An ordinal in [1, highest], a ``SMALL_ORDINAL_SHARE`` of them uniform in 1..20."""
+    if rng.random() < SMALL_ORDINAL_SHARE:
+        return rng.randint(1, min(20, highest))
+    return sample_number(rng, low=1, high=highest)
 
 
 def _americanise(words: str) -> str:
@@ -471,23 +497,47 @@ def clause(rng: random.Random, past_only: bool = False) -> tuple[str, str]:
 # --------------------------------------------------------------------------------------------
 
 
+# The render_* functions write one pair from its parts; the _gen_* functions draw the parts.
+# The showcase sentences (showcase.py) are rendered by the same functions, so their references
+# come from the generator, not from a model.
+
+
+def render_cardinal(n: int, imperative: bool) -> tuple[str, str]:
+    """("the number twelve", "le nombre douze") or its "Write the number ..." form."""
+    # A frame is needed because a bare number can be a single token (MIN_TOKENS is 3).
+    if imperative:
+        return f"Write the number {en_cardinal(n)}.", f"Écrivez le nombre {fr_cardinal(n)}."
+    return f"the number {en_cardinal(n)}", f"le nombre {fr_cardinal(n)}"
+
+
 def _gen_cardinal(rng: random.Random) -> tuple[str, str]:
     n = sample_number(rng)
-    # A frame is needed because a bare number can be a single token (MIN_TOKENS is 3).
-    if rng.random() < 0.7:
-        return f"the number {en_cardinal(n)}", f"le nombre {fr_cardinal(n)}"
-    return f"Write the number {en_cardinal(n)}.", f"Écrivez le nombre {fr_cardinal(n)}."
+    return render_cardinal(n, imperative=rng.random() >= 0.7)
+
+
+# Frames around an ordinal phrase: (English, French) with "{}" for the phrase.
+ORDINAL_FRAMES: dict[str, tuple[str, str]] = {
+    "bare": ("{}", "{}"),
+    "this": ("This is {}.", "C'est {}."),
+    "was": ("It was {}.", "C'était {}."),
+}
+
+
+def render_ordinal(n: int, noun: str, frame: str) -> tuple[str, str]:
+    """("the first day", "le premier jour") for an English noun of ``_ORDINAL_NOUNS``."""
+    _, fr_noun, feminine, _ = next(entry for entry in _ORDINAL_NOUNS if entry[0] == noun)
+    article = "la" if feminine else "le"
+    en_frame, fr_frame = ORDINAL_FRAMES[frame]
+    en = f"the {en_ordinal(n)} {noun}"
+    fr = f"{article} {fr_ordinal(n, feminine)} {fr_noun}"
+    return en_frame.format(en), fr_frame.format(fr)
 
 
 def _gen_ordinal(rng: random.Random) -> tuple[str, str]:
-    en_noun, fr_noun, feminine, highest = rng.choice(_ORDINAL_NOUNS)
-    n = sample_number(rng, low=1, high=highest)
-    article = "la" if feminine else "le"
-    en = f"the {en_ordinal(n)} {en_noun}"
-    fr = f"{article} {fr_ordinal(n, feminine)} {fr_noun}"
-    if rng.random() < 0.4:
-        return f"This is {en}.", f"C'est {fr}."
-    return en, fr
+    en_noun, _, _, highest = rng.choice(_ORDINAL_NOUNS)
+    n = sample_ordinal(rng, highest)
+    draw = rng.random()
+    return render_ordinal(n, en_noun, "this" if draw < 0.3 else "was" if draw < 0.45 else "bare")
 
 
 def _gen_date(rng: random.Random) -> tuple[str, str]:
@@ -497,23 +547,36 @@ def _gen_date(rng: random.Random) -> tuple[str, str]:
     return en_tpl.format(d=en_date(date, fmt)), fr_tpl.format(d=fr_date(date, fmt))
 
 
-def _gen_sentence(rng: random.Random) -> tuple[str, str]:
-    en, fr = clause(rng)
+def sentence(en: str, fr: str) -> tuple[str, str]:
+    """A clause as a sentence: capitalised, with a full stop."""
     return f"{_capitalise(en)}.", f"{_capitalise(fr)}."
+
+
+def _gen_sentence(rng: random.Random) -> tuple[str, str]:
+    return sentence(*clause(rng))
+
+
+def render_time(hour: int, minute: int, template: int) -> tuple[str, str]:
+    """("The train leaves at 7:45.", "Le train part à 7 h 45.") for ``_TIME_TEMPLATES[template]``."""
+    en_tpl, fr_tpl = _TIME_TEMPLATES[template]
+    return en_tpl.format(t=en_time(hour, minute)), fr_tpl.format(t=fr_time(hour, minute))
 
 
 def _gen_time(rng: random.Random) -> tuple[str, str]:
     hour = rng.randint(1, 23)
     # Mostly round five-minute times, as in real timetables, but every minute can occur.
     minute = rng.randrange(0, 60, 5) if rng.random() < 0.7 else rng.randint(0, 59)
-    en_tpl, fr_tpl = rng.choice(_TIME_TEMPLATES)
-    return en_tpl.format(t=en_time(hour, minute)), fr_tpl.format(t=fr_time(hour, minute))
+    return render_time(hour, minute, rng.randrange(len(_TIME_TEMPLATES)))
 
 
 def _gen_price(rng: random.Random) -> tuple[str, str]:
     noun = rng.choice(NOUNS)
     adj = _sample_adjective(rng)
-    n = sample_number(rng, low=1)
+    return render_price(sample_number(rng, low=1), noun, adj)
+
+
+def render_price(n: int, noun: Noun, adj: Adjective | None) -> tuple[str, str]:
+    """("The red car costs twelve thousand euros.", "La voiture rouge coûte douze mille euros.")."""
     en_np = f"{adj.en} {noun.en}" if adj else noun.en
     if adj is None:
         fr_np = noun.fr
@@ -529,15 +592,37 @@ def _gen_price(rng: random.Random) -> tuple[str, str]:
     return en, fr
 
 
+# (English opener, French opener) with "{o}" for the ordinal and "{o_f}" for its feminine.
+_ORDINAL_OPENERS: tuple[tuple[str, str, int], ...] = (
+    ("On the {o} day", "Le {o} jour", 365),
+    ("For the {o} time", "Pour la {o_f} fois", 99),
+)
+
+
 def _gen_compound(rng: random.Random) -> tuple[str, str]:
-    if rng.random() < 0.5:
+    kind = rng.random()
+    if kind < 0.4:
         en1, fr1 = clause(rng)
         en2, fr2 = clause(rng)
         return f"{_capitalise(en1)} and {en2}.", f"{_capitalise(fr1)} et {fr2}."
+    if kind < 0.6:
+        # An ordinal inside a sentence: "On the first day, we bought seven chairs." ->
+        # "Le premier jour, nous avons acheté sept chaises."
+        en_open, fr_open, highest = rng.choice(_ORDINAL_OPENERS)
+        n = sample_ordinal(rng, highest)
+        en_c, fr_c = clause(rng, past_only=True)
+        en_o = en_open.format(o=en_ordinal(n))
+        fr_o = fr_open.format(o=fr_ordinal(n), o_f=fr_ordinal(n, feminine=True))
+        return f"{en_o}, {en_c}.", f"{fr_o}, {fr_c}."
     # A date needs a past-tense clause to read naturally ("On ..., we bought ...").
     date = sample_date(rng)
     fmt = rng.choice(("full", "long"))
-    en_c, fr_c = clause(rng, past_only=True)
+    return render_dated(date, fmt, clause(rng, past_only=True))
+
+
+def render_dated(date: dt.date, fmt: str, past_clause: tuple[str, str]) -> tuple[str, str]:
+    """("On Tuesday, March 5, 2024, we bought seven chairs.", "Le mardi 5 mars 2024, nous ...")."""
+    en_c, fr_c = past_clause
     return f"On {en_date(date, fmt)}, {en_c}.", f"Le {fr_date(date, fmt)}, {fr_c}."
 
 

@@ -37,28 +37,38 @@ log = logging.getLogger(__name__)
 @dataclass
 class TrainOptions:
     output: Path
-    train_size: int = 200_000
+    train_size: int = 400_000
     valid_size: int = 500
     test_size: int = 1000
     vocab_size: int = 800  # an upper bound: the corpus supports fewer pieces
-    # Sized for a 2-core CPU and a ~20 minute budget: d_model 256 trains ~2.5x slower per token.
+    # Sized for a 2-core CPU and a ~60 minute budget (~0.4 s a step): d_model 256 trains ~2.5x
+    # slower per token, and more steps of the smaller model paid more.
     d_model: int = 192
     h: int = 4
     d_ff: int = 768
     encoder_layers: int = 3
     decoder_layers: int = 3
-    dropout: float = 0.1
+    # The corpus is systematic and every pair is unique: a few epochs do not overfit, and
+    # dropout only slowed convergence (the previous demo, dropout 0.1: 95.9 % exact match).
+    dropout: float = 0.0
     batch_tokens: int = 3072  # padded source + target tokens per batch
     lr: float = 1.5e-3  # peak learning rate after warm-up
     warmup_steps: int = 400
+    # After warm-up the rate follows a cosine from lr down to min_lr_ratio * lr at max_steps:
+    # a fixed budget ends on a low rate instead of the inverse square root's long tail.
+    min_lr_ratio: float = 0.02
     label_smoothing: float = 0.1
-    # The shipped demo took 1,861 steps (~15-20 min on an idle 2-core CPU); the time cap guards
-    # slower or busy machines, where fewer steps mean a weaker model (resume with --resume).
-    max_minutes: float = 30.0
-    max_steps: int = 1900
+    # An exponential moving average of the weights over the second half of training; the
+    # saved checkpoint is whichever of the raw and averaged weights matches more of the
+    # validation set.
+    ema_decay: float = 0.998
+    max_steps: int = 7000
+    # A guard for slower or busy machines, where fewer steps mean a weaker model (resume
+    # with --resume); the schedule is by steps, so a stop by time leaves the rate high.
+    max_minutes: float = 75.0
     threads: int = 2
     seed: int = 1234
-    eval_every: int = 500
+    eval_every: int = 1000
     resume: bool = False  # continue the run saved in `output`
 
 
@@ -109,6 +119,42 @@ def _exact_match(model: Transformer, tokenizer: Tokenizer, pairs: list[tuple[str
     return sum(o == r for o, (_, r) in zip(out, pairs, strict=True)) / max(1, len(pairs)), out
 
 
+def _lr_factor(step: int, warmup: int, total: int, floor: float) -> float:
+    """Linear warm-up to 1, then a cosine down to ``floor`` at ``total`` (flat after it)."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+@torch.no_grad()
+def _update_ema(ema: dict[str, torch.Tensor] | None, model: Transformer, decay: float) -> dict[str, torch.Tensor]:
+    state = model.state_dict()
+    if ema is None:
+        return {k: v.detach().clone() for k, v in state.items()}
+    for k, v in state.items():
+        if v.is_floating_point():
+            ema[k].mul_(decay).add_(v, alpha=1 - decay)
+    return ema
+
+
+def _keep_better_weights(
+    model: Transformer, ema: dict[str, torch.Tensor] | None, tokenizer: Tokenizer, valid: list[tuple[str, str]]
+) -> dict[str, float | str]:
+    """Load the averaged weights into ``model`` if they match more of ``valid`` (beam 4)."""
+    raw_em, _ = _exact_match(model, tokenizer, valid, beam=4)
+    if ema is None:
+        return {"kept": "raw", "valid_exact_match_raw": raw_em}
+    raw = {k: v.clone() for k, v in model.state_dict().items()}
+    model.load_state_dict(ema)
+    ema_em, _ = _exact_match(model, tokenizer, valid, beam=4)
+    log.info("valid exact match (beam 4): raw weights %.4f, averaged %.4f", raw_em, ema_em)
+    if ema_em < raw_em:
+        model.load_state_dict(raw)
+    kept = "raw" if ema_em < raw_em else "averaged"
+    return {"kept": kept, "valid_exact_match_raw": raw_em, "valid_exact_match_averaged": ema_em}
+
+
 def train(opts: TrainOptions) -> Path:
     torch.manual_seed(opts.seed)
     torch.set_num_threads(opts.threads)
@@ -146,14 +192,15 @@ def train(opts: TrainOptions) -> Path:
 
     optimizer = torch.optim.Adam(model.parameters(), lr=opts.lr, betas=(0.9, 0.98), eps=1e-9)
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda s: min((s + start_step + 1) / opts.warmup_steps, math.sqrt(opts.warmup_steps / (s + start_step + 1))),
+        optimizer, lambda s: _lr_factor(s + start_step, opts.warmup_steps, opts.max_steps, opts.min_lr_ratio)
     )
     batches = _batches(encoded, opts.batch_tokens, rng)
     deadline = started + opts.max_minutes * 60
     bar = tqdm(total=opts.max_steps, initial=start_step, desc="train", unit="step", mininterval=5)
     step = start_step
     loss_avg = None
+    ema_start = opts.max_steps // 2
+    ema: dict[str, torch.Tensor] | None = None
     while step < opts.max_steps and time.monotonic() < deadline:
         model.train()
         idx = next(batches)
@@ -170,9 +217,11 @@ def train(opts: TrainOptions) -> Path:
         optimizer.step()
         schedule.step()
         step += 1
+        if step >= ema_start:
+            ema = _update_ema(ema, model, opts.ema_decay)
         loss_avg = loss.item() if loss_avg is None else 0.98 * loss_avg + 0.02 * loss.item()
         bar.update(1)
-        bar.set_postfix(loss=f"{loss_avg:.3f}", lr=f"{schedule.get_last_lr()[0]:.2e}")
+        bar.set_postfix(loss=f"{loss_avg:.3f}", lr=f"{schedule.get_last_lr()[0]:.2e}", refresh=False)
         if step % opts.eval_every == 0:
             model.eval()
             em, _ = _exact_match(model, tokenizer, splits["valid"][:200], beam=1)
@@ -181,12 +230,13 @@ def train(opts: TrainOptions) -> Path:
             log.info("step %d loss %.3f valid exact match (greedy) %.3f at %.1f min", step, loss_avg, em, elapsed / 60)
     bar.close()
     model.eval()
+    selection = _keep_better_weights(model, ema, tokenizer, splits["valid"])
     save_checkpoint(model, out, spm_path)
     for name in ("test", "valid"):
         (out / f"{name}.en").write_text("".join(s + "\n" for s, _ in splits[name]))
         (out / f"{name}.fr").write_text("".join(t + "\n" for _, t in splits[name]))
     minutes = previous_minutes + (time.monotonic() - started) / 60
-    summary = {"steps": step, "train_minutes": round(minutes, 2), "parameters": n_params, "history": history, "options": {k: str(v) for k, v in asdict(opts).items()}}
+    summary = {"steps": step, "train_minutes": round(minutes, 2), "parameters": n_params, "history": history, "selection": selection, "options": {k: str(v) for k, v in asdict(opts).items()}}
     (out / "training_log.json").write_text(json.dumps(summary, indent=2) + "\n")
     log.info("trained %d steps in %.1f min; checkpoint in %s", step, minutes, out)
     return out
