@@ -112,7 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("files", nargs="*", metavar="FILE")
     p.add_argument("--checkpoint", help="translate locally with the PyTorch reference decode (no server)")
-    p.add_argument("--url", default=None, help="server address (default localhost:8001 for gRPC, localhost:8000 for HTTP)")
+    p.add_argument("--url", action="append", default=None, metavar="URL",
+                   help="server address (default localhost:8001 for gRPC, localhost:8000 for HTTP); repeat it or "
+                        "separate with commas for several replicas (requests are spread, a failing one is taken out "
+                        "and its work re-sent to another); dns:///NAME:PORT uses every address of NAME, re-resolved "
+                        "every 30 s (a Kubernetes headless Service); grpcs:// or https:// turns TLS on")
     p.add_argument("--protocol", choices=["grpc", "http"], default="grpc")
     p.add_argument("--model", default="translate", help="Triton model name")
     p.add_argument("--json", action="store_true", help="JSON lines with scores (and n-best)")
@@ -120,6 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=4, help="requests in flight")
     p.add_argument("--timeout", type=float, default=60.0, help="per-request timeout, seconds")
     p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+    p.add_argument("--tls", action="store_true", help="TLS with the system's certificate authorities")
+    p.add_argument("--tls-ca", metavar="PEM", help="TLS: trust these certificate authorities (implies --tls)")
+    p.add_argument("--tls-cert", metavar="PEM", help="TLS: client certificate, for mutual TLS (with --tls-key)")
+    p.add_argument("--tls-key", metavar="PEM", help="TLS: the client certificate's private key")
+    p.add_argument("--tls-server-name", metavar="NAME",
+                   help="TLS: check the server certificate against NAME (replicas found by DNS are dialled by address)")
     p.add_argument("--header", action="append", default=[], metavar="NAME=VALUE",
                    help="send this header with every request (repeatable; e.g. an auth token for a gateway)")
     p.add_argument("--on-error", choices=["empty", "skip", "fail"], default="empty",

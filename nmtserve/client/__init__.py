@@ -14,6 +14,12 @@ input order; ``translate_iter`` yields results in order as they complete. Blank 
 back as empty translations without a request. Transient failures are retried with backoff;
 everything else raises a subclass of ``TranslationError`` (see ``nmtserve.client.errors``).
 
+Several replicas: ``Translator(["10.0.0.5:8001", "10.0.0.6:8001"])`` or
+``Translator("dns:///nmtserve-headless:8001")`` spreads requests over them (fewest in flight
+first), takes a failing replica out and re-sends its in-flight work to another, and puts it back
+once its health check passes (``_replicas.py``). TLS: a ``grpcs://``/``https://`` URL, or
+``tls=TLS(ca=..., cert=..., key=...)``.
+
 The server contract
 -------------------
 The client talks to one Triton model (``translate`` unless told otherwise) over gRPC or HTTP
@@ -26,6 +32,7 @@ blank sentences, and reports a sentence the server names as ``TEXT[i]`` by its i
 from ._async import AsyncTranslator
 from ._protocol import Hypothesis, Options, Translation
 from ._sync import Translator
+from ._transports import TLS
 from .errors import (
     InvalidInputError,
     ModelNotFoundError,
@@ -45,6 +52,7 @@ __all__ = [
     "ProtocolMismatchError",
     "ServerError",
     "ServerUnavailableError",
+    "TLS",
     "TimeoutError",
     "Translation",
     "TranslationError",

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
-from typing import overload
+from typing import Any, overload
 
 from . import _constants as C
 from ._base import BaseTranslator
 from ._batching import Chunk, Job, failed_translation, isolate_rejected
 from ._protocol import Options, Translation, decode_response, encode_request
+from ._replicas import AsyncReplicaTransport
 from ._retry import Deadline
 from ._transports import ASYNC_TRANSPORTS
 from .errors import InvalidInputError
@@ -25,9 +26,7 @@ class AsyncTranslator(BaseTranslator):
     """
 
     def _open(self) -> None:
-        self._transport = ASYNC_TRANSPORTS[self.protocol](
-            self.url, self.timeout, self.concurrency, self.headers
-        )
+        self._transport: Any = self._make_transport(ASYNC_TRANSPORTS, AsyncReplicaTransport)
         self._slots = asyncio.Semaphore(self.concurrency)
         self._closed = False
 

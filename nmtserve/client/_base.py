@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from . import _constants as C
 from ._batching import Chunk, Job
 from ._protocol import Options, Translation
+from ._replicas import DEFAULT_RESOLVE_INTERVAL, DnsName, parse_dns
 from ._retry import Attempts, Deadline, RetryPolicy, map_exception
+from ._transports import TLS
 from .errors import ModelNotFoundError, ServerUnavailableError, TranslationError
 
 PROTOCOLS = ("grpc", "http")
 _SCHEMES = {"grpc": ("grpc://",), "http": ("http://",)}
+# A URL with one of these schemes turns TLS on (with the system's certificate authorities
+# unless ``tls`` says otherwise).
+_TLS_SCHEMES = {"grpc": ("grpcs://",), "http": ("https://",)}
 _HAS_PORT = re.compile(r":\d+$")
 
 
@@ -23,20 +28,46 @@ def normalize_url(url: str | None, protocol: str) -> str:
         return f"{C.DEFAULT_HOST}:{C.DEFAULT_PORTS[protocol]}"
     url = url.strip().rstrip("/")
     lowered = url.lower()
-    for scheme in _SCHEMES[protocol]:
+    for scheme in _SCHEMES[protocol] + _TLS_SCHEMES[protocol]:
         if lowered.startswith(scheme):
             url = url[len(scheme) :]
             break
     else:
         if "://" in url:
             raise ValueError(
-                f"URL {url!r} does not fit protocol {protocol!r}: give host:port "
-                f"(TLS is not supported yet)"
+                f"URL {url!r} does not fit protocol {protocol!r}: give host:port, "
+                f"{_SCHEMES[protocol][0]}host:port, {_TLS_SCHEMES[protocol][0]}host:port (TLS) or "
+                f"dns:///name:port (every address of the name)"
             )
     if not url:
         raise ValueError("the server URL is empty")
     host_only = ("]" in url and not _HAS_PORT.search(url)) or ("]" not in url and ":" not in url)
     return f"{url}:{C.DEFAULT_PORTS[protocol]}" if host_only else url
+
+
+def parse_targets(url: str | Sequence[str] | None, protocol: str) -> tuple[list[str | DnsName], bool]:
+    """The servers a client talks to, and whether a URL asked for TLS.
+
+    ``url``: one address, several separated by commas, or a list; each is host:port (a scheme
+    of the protocol accepted, ``grpcs://``/``https://`` meaning TLS) or ``dns:///name:port``.
+    """
+    items = [None] if url is None else url.split(",") if isinstance(url, str) else list(url)
+    if not items or any(not isinstance(i, str) for i in items if i is not None):
+        raise ValueError(f"url must be a string or a list of strings, got {url!r}")
+    targets: list[str | DnsName] = []
+    tls = False
+    for item in items:
+        if item is not None and not item.strip():
+            raise ValueError(f"an empty server address in {url!r}")
+        dns = parse_dns(item.strip(), C.DEFAULT_PORTS[protocol]) if item is not None else None
+        if dns is not None:
+            targets.append(dns)
+            continue
+        tls = tls or (item is not None and item.strip().lower().startswith(_TLS_SCHEMES[protocol]))
+        target = normalize_url(item, protocol)
+        if target not in targets:
+            targets.append(target)
+    return targets, tls
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -56,7 +87,7 @@ class BaseTranslator:
 
     def __init__(
         self,
-        url: str | None = None,
+        url: str | Sequence[str] | None = None,
         protocol: str = C.DEFAULT_PROTOCOL,
         model: str = C.DEFAULT_MODEL,
         *,
@@ -67,6 +98,8 @@ class BaseTranslator:
         max_batch_tokens: int | None = C.DEFAULT_MAX_BATCH_TOKENS,
         concurrency: int = C.DEFAULT_CONCURRENCY,
         headers: Mapping[str, str] | None = None,
+        tls: TLS | bool | None = None,
+        resolve_interval: float = DEFAULT_RESOLVE_INTERVAL,
     ) -> None:
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
@@ -75,7 +108,15 @@ class BaseTranslator:
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise ValueError(f"max_retries must be a non-negative integer, got {max_retries!r}")
         self.protocol = protocol
-        self.url = normalize_url(url, protocol)
+        self.targets, tls_scheme = parse_targets(url, protocol)
+        # For messages and repr: "host:port", or every target separated by commas.
+        self.url = ", ".join(str(t) for t in self.targets)
+        if tls is True or (tls is None and tls_scheme):
+            tls = TLS()
+        if tls is not None and tls is not False and not isinstance(tls, TLS):
+            raise ValueError(f"tls must be a TLS(...), True or None, got {tls!r}")
+        self.tls: TLS | None = tls or None
+        self.resolve_interval = _positive_seconds("resolve_interval", resolve_interval) or DEFAULT_RESOLVE_INTERVAL
         self.model = model
         self.timeout = _positive_seconds("timeout", timeout)
         self.deadline = _positive_seconds("deadline", deadline)
@@ -97,6 +138,18 @@ class BaseTranslator:
         """Set up the transport and the concurrency limit (sync or asyncio); runs at the end of
         ``__init__``, once the arguments are checked."""
         raise NotImplementedError
+
+    def _make_transport(self, transports: Mapping[str, type], replicas: type) -> object:
+        """One server: its transport. Several, or a DNS name: a replica transport over them."""
+        cls = transports[self.protocol]
+
+        def one(address: str) -> object:
+            return cls(address, self.timeout, self.concurrency, self.headers, self.tls)
+
+        if len(self.targets) == 1 and isinstance(self.targets[0], str):
+            return one(self.targets[0])
+        extra = {"per_request_timeout": cls.per_request_timeout} if hasattr(cls, "per_request_timeout") else {}
+        return replicas(self.targets, self.protocol, one, self.resolve_interval, **extra)
 
     @property
     def endpoint(self) -> str:

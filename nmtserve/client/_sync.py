@@ -8,12 +8,13 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ThreadPoolExecutor, wait
 from contextlib import closing
 from types import TracebackType
-from typing import overload
+from typing import Any, overload
 
 from . import _constants as C
 from ._base import BaseTranslator
 from ._batching import Chunk, Job, failed_translation, isolate_rejected
 from ._protocol import Options, Translation, decode_response, encode_request
+from ._replicas import ReplicaTransport
 from ._retry import Deadline
 from ._transports import SYNC_TRANSPORTS
 from .errors import InvalidInputError
@@ -24,7 +25,13 @@ class Translator(BaseTranslator):
 
     Parameters:
         url: ``host:port`` of the server (a ``grpc://`` or ``http://`` prefix is accepted, a
-            missing port is the protocol's default: 8001 for gRPC, 8000 for HTTP).
+            missing port is the protocol's default: 8001 for gRPC, 8000 for HTTP;
+            ``grpcs://``/``https://`` turns TLS on). Several replicas: a list, or addresses
+            separated by commas, or ``dns:///name:port`` for every address the name resolves
+            to (re-resolved every ``resolve_interval`` seconds). Requests go to the replica
+            with the fewest in flight; one that fails (unreachable, unavailable) is taken out,
+            its in-flight requests go to another, and it is put back once its health check
+            passes (probed after 0.5 s, then backing off to 30 s).
         protocol: ``"grpc"`` or ``"http"``.
         model: the Triton model name.
         timeout: seconds one request may take (None: no limit). A request that times out is
@@ -39,6 +46,10 @@ class Translator(BaseTranslator):
         concurrency: most requests in flight at once (across concurrent calls too).
         headers: sent with every request and health check (e.g. ``{"authorization": "Bearer
             ..."}`` for a gateway in front of the servers).
+        tls: ``TLS(ca=..., cert=..., key=..., server_name=...)`` (PEM files; ``cert``/``key``
+            for mutual TLS), True for TLS with the system's authorities, None: plain unless a
+            URL says ``grpcs://``/``https://``.
+        resolve_interval: seconds between DNS resolutions of ``dns:///`` URLs.
 
     ``translate("one sentence")`` returns a Translation; ``translate(lines)`` returns a list of
     the same length and order. Blank lines become empty translations without a request.
@@ -49,9 +60,7 @@ class Translator(BaseTranslator):
     """
 
     def _open(self) -> None:
-        self._transport = SYNC_TRANSPORTS[self.protocol](
-            self.url, self.timeout, self.concurrency, self.headers
-        )
+        self._transport: Any = self._make_transport(SYNC_TRANSPORTS, ReplicaTransport)
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self._closed = False

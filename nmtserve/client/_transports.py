@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from . import _constants as C
@@ -25,7 +26,61 @@ def _server_timeout_us(timeout: float | None) -> int | None:
     return None if timeout is None else max(1, int(timeout * 1e6))
 
 
-def _grpc_channel_args() -> list[tuple[str, Any]]:
+@dataclass(frozen=True)
+class TLS:
+    """TLS settings for gRPC and HTTP.
+
+    ``ca``: PEM file of the certificate authorities to trust (None: the system's); ``cert`` and
+    ``key``: PEM files of a client certificate and its key, for servers that require one
+    (mutual TLS); ``server_name``: the name to check the server's certificate against when it
+    differs from the address (replicas found through DNS are dialled by IP address).
+    """
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    server_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.cert is None) != (self.key is None):
+            raise ValueError("a TLS client certificate needs both cert and key")
+        for name in ("ca", "cert", "key"):
+            path = getattr(self, name)
+            if path is not None:
+                try:
+                    with open(path, "rb"):
+                        pass
+                except OSError as exc:
+                    raise ValueError(f"TLS {name} file {path!r} cannot be read: {exc.strerror}") from None
+
+    def ssl_context(self) -> Any:
+        """A client ssl.SSLContext (aiohttp)."""
+        import ssl
+
+        context = ssl.create_default_context(cafile=self.ca)
+        if self.cert is not None:
+            context.load_cert_chain(self.cert, self.key)
+        return context
+
+    def grpc_arguments(self) -> dict[str, Any]:
+        """tritonclient.grpc's TLS arguments (it reads the files itself)."""
+        return {"ssl": True, "root_certificates": self.ca, "private_key": self.key, "certificate_chain": self.cert}
+
+    def geventhttp_arguments(self) -> dict[str, Any]:
+        """tritonclient.http's (geventhttpclient) TLS arguments."""
+        import gevent.ssl
+
+        options: dict[str, Any] = {}
+        if self.ca is not None:
+            options["ca_certs"] = self.ca
+        if self.cert is not None:
+            options["certfile"], options["keyfile"] = self.cert, self.key
+        if self.server_name is not None:
+            options["server_hostname"] = self.server_name
+        return {"ssl": True, "ssl_options": options, "ssl_context_factory": gevent.ssl.create_default_context}
+
+
+def _grpc_channel_args(tls: TLS | None = None) -> list[tuple[str, Any]]:
     """tritonclient's default channel options plus a reconnect schedule that keeps up with
     our retries (passing channel_args replaces all of tritonclient's defaults)."""
     from tritonclient.grpc import MAX_GRPC_MESSAGE_SIZE, KeepAliveOptions
@@ -42,7 +97,13 @@ def _grpc_channel_args() -> list[tuple[str, Any]]:
         ("grpc.initial_reconnect_backoff_ms", backoff["initial"]),
         ("grpc.min_reconnect_backoff_ms", backoff["min"]),
         ("grpc.max_reconnect_backoff_ms", backoff["max"]),
-    ]
+    ] + ([("grpc.ssl_target_name_override", tls.server_name)] if tls is not None and tls.server_name else [])
+
+
+def _grpc_client(module: Any, url: str, tls: TLS | None) -> Any:
+    return module.InferenceServerClient(
+        url, channel_args=_grpc_channel_args(tls), **(tls.grpc_arguments() if tls is not None else {})
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -56,12 +117,20 @@ class GrpcTransport:
     # Each call takes its own time limit (so a call's deadline reaches into the request).
     per_request_timeout = True
 
-    def __init__(self, url: str, timeout: float | None, concurrency: int, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        timeout: float | None,
+        concurrency: int,
+        headers: dict[str, str] | None = None,
+        tls: TLS | None = None,
+    ) -> None:
         self._headers = dict(headers) if headers else None
+        self._tls = tls
         import tritonclient.grpc as module
 
         self._module = module
-        self._client = module.InferenceServerClient(url, channel_args=_grpc_channel_args())
+        self._client = _grpc_client(module, url, tls)
 
     def infer(self, model: str, request: Request, timeout: float | None) -> Any:
         inputs, outputs = tritonclient_tensors(self._module, request)
@@ -95,8 +164,16 @@ class HttpTransport:
 
     per_request_timeout = False
 
-    def __init__(self, url: str, timeout: float | None, concurrency: int, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        timeout: float | None,
+        concurrency: int,
+        headers: dict[str, str] | None = None,
+        tls: TLS | None = None,
+    ) -> None:
         self._headers = dict(headers) if headers else None
+        self._tls = tls
         import tritonclient.http as module
         from geventhttpclient.response import HTTPParseError
 
@@ -118,7 +195,10 @@ class HttpTransport:
                 else min(C.CONNECT_TIMEOUT, self._timeout)
             )
             client = self._module.InferenceServerClient(
-                self._url, connection_timeout=connect, network_timeout=self._timeout
+                self._url,
+                connection_timeout=connect,
+                network_timeout=self._timeout,
+                **(self._tls.geventhttp_arguments() if self._tls is not None else {}),
             )
             self._local.client = client
             with self._lock:
@@ -160,8 +240,16 @@ class AsyncGrpcTransport:
 
     connection_errors: tuple[type[BaseException], ...] = ()
 
-    def __init__(self, url: str, timeout: float | None, concurrency: int, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        timeout: float | None,
+        concurrency: int,
+        headers: dict[str, str] | None = None,
+        tls: TLS | None = None,
+    ) -> None:
         self._headers = dict(headers) if headers else None
+        self._tls = tls
         import tritonclient.grpc as module
         import tritonclient.grpc.aio as aio
 
@@ -172,9 +260,7 @@ class AsyncGrpcTransport:
 
     def _get(self) -> Any:
         if self._client is None:
-            self._client = self._aio.InferenceServerClient(
-                self._url, channel_args=_grpc_channel_args()
-            )
+            self._client = _grpc_client(self._aio, self._url, self._tls)
         return self._client
 
     async def infer(self, model: str, request: Request, timeout: float | None) -> Any:
@@ -207,8 +293,18 @@ class AsyncHttpTransport:
     """tritonclient.http.aio (aiohttp); the session is made on first use, inside the loop.
     Time limits are asyncio's, so each request gets its own (deadline-aware) limit."""
 
-    def __init__(self, url: str, timeout: float | None, concurrency: int, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        timeout: float | None,
+        concurrency: int,
+        headers: dict[str, str] | None = None,
+        tls: TLS | None = None,
+    ) -> None:
         self._headers = dict(headers) if headers else None
+        self._tls = tls
+        if tls is not None and tls.server_name is not None:
+            raise ValueError("TLS server_name is not supported by the asyncio HTTP client; use gRPC or Translator")
         import aiohttp
         import tritonclient.http as module
         import tritonclient.http.aio as aio
@@ -227,8 +323,9 @@ class AsyncHttpTransport:
 
     def _get(self) -> Any:
         if self._client is None:
+            tls = {} if self._tls is None else {"ssl": True, "ssl_context": self._tls.ssl_context()}
             self._client = self._aio.InferenceServerClient(
-                self._url, conn_limit=self._concurrency, conn_timeout=self._timeout
+                self._url, conn_limit=self._concurrency, conn_timeout=self._timeout, **tls
             )
         return self._client
 

@@ -28,6 +28,7 @@ from ..exitcodes import EXIT_ERROR, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from . import _constants as C
 from ._protocol import Options, Translation
 from ._sync import Translator
+from ._transports import TLS
 from .errors import (
     InvalidInputError,
     ModelNotFoundError,
@@ -200,7 +201,9 @@ def _options(args: argparse.Namespace) -> tuple[Options, dict[str, Any]]:
         headers[name.strip()] = value
     translator_args = {
         "headers": headers or None,
-        "url": args.url,  # None: localhost on the protocol's default port
+        # None: localhost on the protocol's default port; several --url: replicas.
+        "url": _urls(getattr(args, "url", None)),
+        "tls": _tls(args),
         "protocol": args.protocol,
         "model": args.model,
         "timeout": args.timeout,
@@ -208,6 +211,23 @@ def _options(args: argparse.Namespace) -> tuple[Options, dict[str, Any]]:
         "concurrency": args.concurrency,
     }
     return options, translator_args
+
+
+def _urls(given: str | list[str] | None) -> list[str] | None:
+    if given is None or isinstance(given, str):
+        return None if given is None else [given]
+    return [u for item in given for u in item.split(",")]
+
+
+def _tls(args: argparse.Namespace) -> TLS | None:
+    files = {"ca": getattr(args, "tls_ca", None), "cert": getattr(args, "tls_cert", None),
+             "key": getattr(args, "tls_key", None), "server_name": getattr(args, "tls_server_name", None)}
+    if not getattr(args, "tls", False) and not any(files.values()):
+        return None  # a grpcs:// or https:// URL still turns it on
+    try:
+        return TLS(**files)
+    except ValueError as exc:
+        raise UsageError(str(exc).replace("cert and key", "--tls-cert and --tls-key")) from None
 
 
 def translate_remote(
