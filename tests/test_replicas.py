@@ -6,6 +6,8 @@ the session's demo server and check every answer against the PyTorch reference d
 
 from __future__ import annotations
 
+import socket
+import ssl
 import threading
 import time
 
@@ -195,19 +197,106 @@ def test_a_dns_name_uses_every_address(demo_server, references):
         assert "127.0.0.1:" + port in {r.address for r in client._transport.replicas}
 
 
-@pytest.mark.server
-def test_grpc_over_mutual_tls(demo_repository, references, tmp_path):
-    trustme = pytest.importorskip("trustme")
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory):
+    """A test CA, a server certificate for localhost/127.0.0.1 and a client certificate (PEM files)."""
+    import trustme
+
+    root = tmp_path_factory.mktemp("tls")
     ca = trustme.CA()
-    server_cert = ca.issue_cert("localhost", "127.0.0.1")
-    client_cert = ca.issue_cert("client@nmtserve")
-    ca_pem, server_pem, server_key = tmp_path / "ca.pem", tmp_path / "server.pem", tmp_path / "server.key"
-    client_pem, client_key = tmp_path / "client.pem", tmp_path / "client.key"
-    ca.cert_pem.write_to_path(str(ca_pem))
-    server_cert.cert_chain_pems[0].write_to_path(str(server_pem))
-    server_cert.private_key_pem.write_to_path(str(server_key))
-    client_cert.cert_chain_pems[0].write_to_path(str(client_pem))
-    client_cert.private_key_pem.write_to_path(str(client_key))
+    server, client = ca.issue_cert("localhost", "127.0.0.1"), ca.issue_cert("client@nmtserve")
+    files = {name: root / f"{name}.pem" for name in ("ca", "server", "server_key", "client", "client_key")}
+    ca.cert_pem.write_to_path(str(files["ca"]))
+    server.cert_chain_pems[0].write_to_path(str(files["server"]))
+    server.private_key_pem.write_to_path(str(files["server_key"]))
+    client.cert_chain_pems[0].write_to_path(str(files["client"]))
+    client.private_key_pem.write_to_path(str(files["client_key"]))
+    return files
+
+
+class TlsTerminator:
+    """A TLS front for Triton's plain HTTP port, as an ingress would be: decrypts and pipes bytes.
+
+    Triton's HTTP endpoint has no TLS of its own; this checks the HTTP clients' TLS settings
+    (trusting a custom CA, presenting a client certificate) against a real handshake."""
+
+    def __init__(self, backend_port: int, certificates, require_client_cert: bool) -> None:
+        self._backend = backend_port
+        self._context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(certificates["ca"]))
+        self._context.load_cert_chain(str(certificates["server"]), str(certificates["server_key"]))
+        self._context.verify_mode = ssl.CERT_REQUIRED if require_client_cert else ssl.CERT_NONE
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                raw, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(raw,), daemon=True).start()
+
+    def _serve(self, raw) -> None:
+        try:
+            client = self._context.wrap_socket(raw, server_side=True)
+        except OSError:
+            raw.close()
+            return
+        backend = socket.create_connection(("127.0.0.1", self._backend))
+        threading.Thread(target=self._pipe, args=(backend, client), daemon=True).start()
+        self._pipe(client, backend)
+
+    @staticmethod
+    def _pipe(source, sink) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (source, sink):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+@pytest.mark.server
+def test_http_over_tls_with_a_custom_ca_and_client_certificate(demo_server, certificates, references):
+    import asyncio
+
+    from nmtserve.client import AsyncTranslator
+
+    texts, want = references
+    http_port = int(demo_server.urls.http_address.rsplit(":", 1)[1])
+    front = TlsTerminator(http_port, certificates, require_client_cert=True)
+    try:
+        tls = TLS(ca=str(certificates["ca"]), cert=str(certificates["client"]), key=str(certificates["client_key"]))
+        url = f"https://localhost:{front.port}"
+        with Translator(url, protocol="http", tls=tls) as client:
+            assert [t.text for t in client.translate(texts[:20])] == want[:20]
+
+        async def run():
+            async with AsyncTranslator(url, protocol="http", tls=tls) as client:
+                return [t.text for t in await client.translate(texts[20:40])]
+
+        assert asyncio.run(run()) == want[20:40]
+        # A client that does not trust the test CA refuses the server: no silent plain-text fallback.
+        with Translator(url, protocol="http", max_retries=0) as client:
+            with pytest.raises(ServerUnavailableError):
+                client.translate(texts[:1])
+    finally:
+        front.close()
+
+
+@pytest.mark.server
+def test_grpc_over_mutual_tls(demo_repository, references, certificates):
+    ca_pem, server_pem, server_key = certificates["ca"], certificates["server"], certificates["server_key"]
+    client_pem, client_key = certificates["client"], certificates["client_key"]
     server = _server(demo_repository, extra_args=[
         "--grpc-use-ssl=true", "--grpc-use-ssl-mutual=true", f"--grpc-server-cert={server_pem}",
         f"--grpc-server-key={server_key}", f"--grpc-root-cert={ca_pem}",
