@@ -132,6 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="TLS: check the server certificate against NAME (replicas found by DNS are dialled by address)")
     p.add_argument("--header", action="append", default=[], metavar="NAME=VALUE",
                    help="send this header with every request (repeatable; e.g. an auth token for a gateway)")
+    p.add_argument("--document", action="store_true",
+                   help="read all input (FILEs concatenated, or stdin) as ONE document and write its translation: "
+                        "the server cuts it into sentences, translates them as one batch and keeps the layout")
+    p.add_argument("--format", choices=["plain", "markdown", "html"], default="plain",
+                   help="with --document: how to read it (Markdown structure and code, HTML tags, attributes, "
+                        "code/pre/script/style and translate=\"no\" are kept as written)")
     p.add_argument("--on-error", choices=["empty", "skip", "fail"], default="empty",
                    help="a line the server rejects (too long, invalid UTF-8, ...): its error goes to stderr "
                         "naming FILE:LINE and the other lines are translated; empty: an empty output line "

@@ -31,6 +31,13 @@ OUT_IDS = "OUT_IDS"  # [n, k, T] int32
 OUT_LEN = "OUT_LEN"  # [n, k] int32
 OUT_SCORE = "OUT_SCORE"  # [n, k] fp32
 
+# -- translate_document (a whole document in, its translation out; see nmtserve.documents)
+DOCUMENT = "DOCUMENT"  # [1] UTF-8 text of the document
+FORMAT = "FORMAT"  # [1] optional: "plain" (default), "markdown" or "html"
+SENTENCES = "SENTENCES"  # [1] int32 out: how many sentences were translated
+DOCUMENT_FORMATS = ("plain", "markdown", "html")
+DOCUMENT_MODEL_SUFFIX = "_document"  # the model beside the ensemble: translate -> translate_document
+
 LENGTH_PENALTY_LIMIT = 10.0  # |LENGTH_PENALTY| accepted
 
 
@@ -56,3 +63,7 @@ GENERATE_OUTPUTS = [Tensor(OUT_IDS, "TYPE_INT32", (-1, -1, -1)), Tensor(OUT_LEN,
                     Tensor(OUT_SCORE, "TYPE_FP32", (-1, -1))]
 DETOKENIZE_INPUTS = GENERATE_OUTPUTS
 DETOKENIZE_OUTPUTS = TRANSLATE_OUTPUTS
+# The n-best inputs and outputs make no sense for a whole document: one translation comes back.
+DOCUMENT_INPUTS = [Tensor(DOCUMENT, "TYPE_STRING", (1,)), Tensor(FORMAT, "TYPE_STRING", (1,), optional=True),
+                   *(t for t in OPTIONS if t.name != NUM_HYPOTHESES)]
+DOCUMENT_OUTPUTS = [Tensor(TRANSLATION, "TYPE_STRING", (1,)), Tensor(SENTENCES, "TYPE_INT32", (1,))]

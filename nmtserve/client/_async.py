@@ -10,7 +10,13 @@ from typing import Any, overload
 from . import _constants as C
 from ._base import BaseTranslator
 from ._batching import Chunk, Job, failed_translation, isolate_rejected
-from ._protocol import Options, Translation, decode_response, encode_request
+from ._protocol import (
+    Options,
+    Translation,
+    decode_document_response,
+    decode_response,
+    encode_request,
+)
 from ._replicas import AsyncReplicaTransport
 from ._retry import Deadline
 from ._transports import ASYNC_TRANSPORTS
@@ -143,6 +149,28 @@ class AsyncTranslator(BaseTranslator):
                 raise
             parts, merge = isolate_rejected(chunk, exc, failed_translation(options))
             return merge([await self._send(p, options, deadline, True) for p in parts])
+
+    async def translate_document(
+        self,
+        text: str,
+        format: str = "plain",
+        *,
+        beam_size: int | None = None,
+        max_length: int | None = None,
+        length_penalty: float | None = None,
+    ) -> str:
+        """Translate a whole document in one request (see Translator.translate_document)."""
+        self._check_open()
+        request, deadline = self._document_request(text, format, beam_size, max_length, length_penalty)
+        attempts = self._attempts(deadline, None, self._transport)
+        while True:
+            try:
+                async with self._slots:
+                    result = await self._transport.infer(self.document_model, request, attempts.timeout())
+            except Exception as exc:
+                await asyncio.sleep(attempts.failed(exc))
+                continue
+            return decode_document_response(result)[0]
 
     async def _send_once(
         self, chunk: Chunk, options: Options, deadline: Deadline

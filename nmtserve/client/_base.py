@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from . import _constants as C
 from ._batching import Chunk, Job
-from ._protocol import Options, Translation
+from ._protocol import Options, Request, Translation, encode_document_request
 from ._replicas import DEFAULT_RESOLVE_INTERVAL, DnsName, parse_dns
 from ._retry import Attempts, Deadline, RetryPolicy, map_exception
 from ._transports import TLS
@@ -179,6 +179,16 @@ class BaseTranslator:
             on_error=on_error,
         )
         return job, Deadline(self.deadline)
+
+    @property
+    def document_model(self) -> str:
+        """The server's document model beside ``model``: "translate" -> "translate_document"."""
+        return self.model + C.DOCUMENT_MODEL_SUFFIX
+
+    def _document_request(
+        self, text: str, fmt: str, beam_size: int | None, max_length: int | None, length_penalty: float | None
+    ) -> tuple[Request, Deadline]:
+        return encode_document_request(text, fmt, Options(beam_size, max_length, length_penalty)), Deadline(self.deadline)
 
     def _attempts(self, deadline: Deadline, chunk: Chunk | None, transport: object) -> Attempts:
         return Attempts(

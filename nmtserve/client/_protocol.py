@@ -126,6 +126,29 @@ def encode_request(texts: Sequence[bytes], options: Options) -> Request:
     return Request(tuple(inputs), tuple(outputs))
 
 
+def encode_document_request(text: str, fmt: str, options: Options) -> Request:
+    """DOCUMENT [1], FORMAT [1] and the decoding options that differ from the server's defaults."""
+    if not isinstance(text, str):
+        raise InvalidInputError(f"a document must be a str, got {type(text).__name__}")
+    if fmt not in C.DOCUMENT_FORMATS:
+        raise InvalidInputError(f"format must be one of {', '.join(C.DOCUMENT_FORMATS)}, got {fmt!r}")
+    if options.nbest:
+        raise InvalidInputError("num_hypotheses > 1 is not available for documents")
+    sentence = encode_request([b""], options)
+    inputs = [
+        (C.INPUT_DOCUMENT, np.array([text.encode("utf-8", "surrogatepass")], dtype=np.object_), "BYTES"),
+        (C.INPUT_FORMAT, np.array([fmt.encode()], dtype=np.object_), "BYTES"),
+        *sentence.inputs[1:],  # the options, encoded as for sentences
+    ]
+    return Request(tuple(inputs), (C.OUTPUT_TRANSLATION, C.OUTPUT_SENTENCES))
+
+
+def decode_document_response(result: InferResult) -> tuple[str, int]:
+    """(the translated document, how many sentences it had)."""
+    text = _text(_output(result, C.OUTPUT_TRANSLATION, (1,))[0])
+    return text, int(_output(result, C.OUTPUT_SENTENCES, (1,))[0])
+
+
 def tritonclient_tensors(module: ModuleType, request: Request) -> tuple[list[Any], list[Any]]:
     """(inputs, requested outputs) for ``tritonclient.grpc`` or ``tritonclient.http``.
 

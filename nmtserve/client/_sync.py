@@ -13,7 +13,13 @@ from typing import Any, overload
 from . import _constants as C
 from ._base import BaseTranslator
 from ._batching import Chunk, Job, failed_translation, isolate_rejected
-from ._protocol import Options, Translation, decode_response, encode_request
+from ._protocol import (
+    Options,
+    Translation,
+    decode_document_response,
+    decode_response,
+    encode_request,
+)
 from ._replicas import ReplicaTransport
 from ._retry import Deadline
 from ._transports import SYNC_TRANSPORTS
@@ -145,6 +151,33 @@ class Translator(BaseTranslator):
         self._check_open()
         job, deadline = self._start(texts, options, on_error)
         return self._run(job, options, deadline)
+
+    def translate_document(
+        self,
+        text: str,
+        format: str = "plain",
+        *,
+        beam_size: int | None = None,
+        max_length: int | None = None,
+        length_penalty: float | None = None,
+    ) -> str:
+        """Translate a whole document (``format``: "plain", "markdown" or "html") in one request.
+
+        The server cuts it into sentences, translates them all as one batch and puts them back:
+        whitespace, Markdown structure, HTML tags and attributes are kept, and code, ``pre``,
+        ``script``, ``style`` and ``translate="no"`` content is left as it is (README,
+        "Documents"). Retried like a sentence request; a bad document raises InvalidInputError.
+        """
+        self._check_open()
+        request, deadline = self._document_request(text, format, beam_size, max_length, length_penalty)
+        attempts = self._attempts(deadline, None, self._transport)
+        while True:
+            try:
+                result = self._transport.infer(self.document_model, request, attempts.timeout())
+            except Exception as exc:
+                time.sleep(attempts.failed(exc))
+                continue
+            return decode_document_response(result)[0]
 
     def _run(self, job: Job, options: Options, deadline: Deadline) -> Iterator[list[Translation]]:
         inflight: dict[Future[list[Translation]], Chunk] = {}

@@ -256,6 +256,8 @@ def translate_remote(
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         with translator:
+            if getattr(args, "document", False):
+                return _translate_document(translator, options, args, stdin, stdout)
             if not args.files and _isatty(stdin):
                 return _interactive(translator, options, args.json, stdin, stdout, stderr)
             inputs = read_inputs(args.files, stdin)
@@ -280,6 +282,30 @@ def translate_remote(
         except (AttributeError, OSError, ValueError):
             pass
         return EXIT_OK
+
+
+def _translate_document(
+    translator: Translator, options: Options, args: argparse.Namespace, stdin: TextIO, stdout: TextIO
+) -> int:
+    if options.nbest or args.json:
+        raise UsageError("--document writes the translated document: --nbest and --json do not apply")
+    if args.files:
+        parts = []
+        for name in args.files:
+            try:
+                with open(name, encoding="utf-8", newline="") as f:
+                    parts.append(f.read())
+            except (OSError, UnicodeDecodeError) as exc:
+                raise UsageError(f"cannot read {name}: {exc}") from None
+        text = "".join(parts)
+    else:
+        text = stdin.read()
+    stdout.write(translator.translate_document(
+        text, args.format, beam_size=options.beam_size, max_length=options.max_length,
+        length_penalty=options.length_penalty,
+    ))
+    stdout.flush()
+    return EXIT_OK
 
 
 def _translate_all(

@@ -3,6 +3,8 @@
 Layout (``--name translate``)::
 
     translate/         ensemble: tokenize -> generate -> detokenize
+    translate_document/ Python: a document (plain, Markdown, HTML) cut into sentences, all of them
+                       sent to `translate` as one request (BLS), put back together
     tokenize/          Python: sentencepiece
     generate/          Python, non-decoupled, answers through response senders: the in-flight
       1/               batcher over encoder.onnx decoder.onnx (model.json source.spm [target.spm vocab.json])
@@ -75,6 +77,9 @@ class RepositoryOptions:
     max_sentence_chars: int = RequestLimits.max_sentence_chars
     max_queued_sentences: int = QueueLimits.max_queued or 0
     queue_timeout_s: float = QueueLimits.timeout_s or 0.0
+    # translate_document: characters per document (its sentences go to `translate` in requests of
+    # at most max_request_sentences).
+    max_document_chars: int = 1_000_000
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -198,6 +203,12 @@ def model_configs(dims: graphs.Dims, opts: RepositoryOptions) -> dict[str, tuple
                                         kind=engine_kind), "GenerateModel"),
         "detokenize": (_python_model("detokenize", _tensors(contract.DETOKENIZE_INPUTS),
                                      _tensors(contract.DETOKENIZE_OUTPUTS), params=art), "DetokenizeModel"),
+        opts.name + contract.DOCUMENT_MODEL_SUFFIX: (
+            _python_model(opts.name + contract.DOCUMENT_MODEL_SUFFIX, _tensors(contract.DOCUMENT_INPUTS),
+                          _tensors(contract.DOCUMENT_OUTPUTS),
+                          params={"translate_model": opts.name, "max_document_chars": str(opts.max_document_chars),
+                                  "max_request_sentences": str(opts.max_request_sentences)}),
+            "DocumentModel"),
         **graph_models,
     }
 

@@ -19,7 +19,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -380,3 +382,106 @@ class OnnxGraphModel:
                     output_tensors=[pb_utils.Tensor(n, r) for n, r in zip(self.outputs, results, strict=True)]
                 ))
         return out
+
+
+class DocumentModel:
+    """``translate_document``: DOCUMENT [1] (+ FORMAT, decoding options) -> TRANSLATION [1], SENTENCES [1].
+
+    Cuts the document into sentences (``nmtserve.documents``: plain, Markdown, HTML), sends all
+    of them to the ``translate`` ensemble as one request (BLS; more than
+    ``max_request_sentences`` go as several, one after another), and puts the translations back
+    into the document. Non-decoupled, answering through response senders from a thread pool (as
+    ``generate`` does), so documents in flight decode in generate's one running batch and a
+    long document does not hold up a short one.
+    """
+
+    WORKERS = 8  # documents in flight at once in this model; more wait in the pool's queue
+
+    def initialize(self, args: dict) -> None:
+        params, _ = _parameters(args)
+        self.translate_model = params.get("translate_model", "translate")
+        self.max_chars = int(params.get("max_document_chars", "1000000")) or None
+        self.chunk = int(params.get("max_request_sentences", "1024")) or 1024
+        self._final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        self._pool = ThreadPoolExecutor(self.WORKERS, thread_name_prefix="nmtserve-document")
+
+    def execute(self, requests: list) -> None:
+        for request in requests:
+            sender = request.get_response_sender()
+            try:  # copied out here: the inputs are freed when execute returns
+                text, fmt = _document_input(request)
+                options = {name: np.array(value) for name in (c.BEAM_SIZE, c.MAX_LENGTH, c.LENGTH_PENALTY)
+                           if (value := _input(request, name)) is not None}
+            except InputError as exc:
+                sender.send(pb_utils.InferenceResponse(error=_error(str(exc))), flags=self._final)
+                continue
+            self._pool.submit(self._translate, text, fmt, options, sender)
+        return None
+
+    def _translate(self, text: str, fmt: str, options: dict, sender) -> None:
+        from ..documents import DocumentError, segment
+
+        try:
+            document = segment(text, fmt, max_chars=self.max_chars) if self.max_chars else segment(text, fmt)
+            translations: list[str] = []
+            for start in range(0, len(document.sentences), self.chunk):
+                translations += self._sentences(document.sentences[start:start + self.chunk], start, options)
+            out = document.render(translations).encode("utf-8")
+            response = pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor(c.TRANSLATION, np.array([out], dtype=np.object_)),
+                pb_utils.Tensor(c.SENTENCES, np.array([len(document.sentences)], dtype=np.int32)),
+            ])
+        except DocumentError as exc:
+            response = pb_utils.InferenceResponse(error=_error(str(exc)))
+        except _TranslateFailed as exc:
+            response = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc), exc.code))
+        except Exception as exc:
+            log.exception("translate_document failed")
+            response = pb_utils.InferenceResponse(error=_error(f"document translation failed: {exc}", invalid=False))
+        try:
+            sender.send(response, flags=self._final)
+        except Exception:  # the client went away
+            log.exception("could not send a response")
+
+    def _sentences(self, sentences: list[str], start: int, options: dict) -> list[str]:
+        """One BLS request to the translate ensemble; its error keeps its status code, with the
+        sentence named by its place in the document instead of in the request."""
+        inputs = [pb_utils.Tensor(c.TEXT, np.array([s.encode("utf-8") for s in sentences], dtype=np.object_))]
+        inputs += [pb_utils.Tensor(name, value) for name, value in options.items()]
+        response = pb_utils.InferenceRequest(model_name=self.translate_model, requested_output_names=[c.TRANSLATION],
+                                             inputs=inputs).exec()
+        if response.has_error():
+            error = response.error()
+            message = re.sub(r"\bTEXT\[(\d+)\]", lambda m: f"sentence {start + int(m.group(1)) + 1} of the document",
+                             error.message())
+            code = error.code() if hasattr(error, "code") else pb_utils.TritonError.INTERNAL
+            raise _TranslateFailed(message, code)
+        out = pb_utils.get_output_tensor_by_name(response, c.TRANSLATION).as_numpy()
+        return [t.decode("utf-8") for t in out.reshape(-1)]
+
+    def finalize(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _TranslateFailed(Exception):
+    def __init__(self, message: str, code) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _document_input(request) -> tuple[str, str]:
+    """The request's DOCUMENT as text and its FORMAT (default plain); InputError names a bad one."""
+    document = _input(request, c.DOCUMENT)
+    if document is None or document.size != 1:
+        raise InputError(f"{c.DOCUMENT} must hold exactly one document, got {0 if document is None else document.size}")
+    raw = document.reshape(-1)[0]
+    try:
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{c.DOCUMENT} is not valid UTF-8 (byte {exc.start})") from None
+    fmt = _input(request, c.FORMAT)
+    name = "plain" if fmt is None or fmt.size == 0 else fmt.reshape(-1)[0]
+    name = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
+    if name not in c.DOCUMENT_FORMATS:
+        raise InputError(f"{c.FORMAT} must be one of {', '.join(c.DOCUMENT_FORMATS)}, got {name!r}")
+    return text, name

@@ -1,0 +1,138 @@
+"""translate_document on the real tritonserver: plain, Markdown and HTML documents.
+
+The oracle: the served document equals the document cut by ``nmtserve.documents`` with each
+sentence replaced by what the ``translate`` ensemble returns for it (itself checked against the
+PyTorch reference elsewhere), and everything outside the sentences is the input, byte for byte.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from nmtserve.client import AsyncTranslator, InvalidInputError, Translator
+from nmtserve.documents import segment
+
+pytestmark = pytest.mark.server
+
+PLAIN = (
+    "I have three red apples. The train leaves at 7:45.\n"
+    "\n"
+    "   the first day  \n"
+    "\n\n"
+    "The red car costs twelve thousand euros.\n"
+)
+MARKDOWN = """# the twenty-first day
+
+Write the number ninety-three thousand six hundred ninety. I have three red apples.
+
+- The train leaves at 7:45.
+- the first day
+
+```python
+print("The red car costs twelve thousand euros.")
+```
+
+> The book costs one euro.
+"""
+HTML = """<!DOCTYPE html>
+<html><head><title>the first day</title><style>p { color: red; }</style></head>
+<body>
+<h1 class="title" data-x='1'>the twenty-first day</h1>
+<p>I have three red apples. The train leaves at 7:45.</p>
+<p translate="no">The red car costs twelve thousand euros.</p>
+<pre>The book costs one euro.</pre>
+<p>This is the second page.
+</body></html>
+"""
+DOCUMENTS = {"plain": PLAIN, "markdown": MARKDOWN, "html": HTML}
+
+
+def _expected(client: Translator, text: str, fmt: str) -> str:
+    document = segment(text, fmt)
+    return document.render([t.text for t in client.translate(document.sentences)])
+
+
+@pytest.mark.parametrize("fmt", list(DOCUMENTS))
+def test_documents_keep_their_layout_and_translate_every_sentence(demo_server, fmt):
+    text = DOCUMENTS[fmt]
+    with Translator(demo_server.urls.grpc_address) as client:
+        got = client.translate_document(text, fmt)
+        assert got == _expected(client, text, fmt)
+    document = segment(text, fmt)
+    assert len(document.sentences) >= 4
+    # Outside the sentences, the output is the input.
+    cuts = [0, *(i for span in document.spans for i in span), len(text)]
+    outside = [text[cuts[i]:cuts[i + 1]] for i in range(0, len(cuts), 2)]
+    position = 0
+    for piece in outside:
+        found = got.find(piece, position)
+        assert found >= 0, f"{piece!r} is missing from the translated {fmt} document"
+        position = found + len(piece)
+    if fmt == "html":
+        assert '<p translate="no">The red car costs twelve thousand euros.</p>' in got
+        assert "<pre>The book costs one euro.</pre>" in got
+        assert "<style>p { color: red; }</style>" in got
+        assert "le vingt et unième jour" in got
+    if fmt == "markdown":
+        assert 'print("The red car costs twelve thousand euros.")' in got
+        assert got.startswith("# le vingt et unième jour\n")
+
+
+def test_http_async_and_options_reach_the_document_model(demo_server):
+    async def run():
+        async with AsyncTranslator(demo_server.urls.http_address, protocol="http") as client:
+            return await client.translate_document(PLAIN, "plain", beam_size=1)
+
+    with Translator(demo_server.urls.grpc_address) as client:
+        greedy = segment(PLAIN, "plain")
+        want = greedy.render([t.text for t in client.translate(greedy.sentences, beam_size=1)])
+    import asyncio
+
+    assert asyncio.run(run()) == want
+
+
+def test_bad_documents_are_refused_and_the_server_keeps_serving(demo_server):
+    with Translator(demo_server.urls.grpc_address, max_retries=0) as client:
+        with pytest.raises(InvalidInputError, match="format"):
+            client.translate_document("x", "docx")
+        with pytest.raises(InvalidInputError, match=r"offset|control|binary"):
+            client.translate_document("I have three red apples.\x00\x01\x02", "plain")
+        with pytest.raises(InvalidInputError, match="sentence 2 of the document"):
+            client.translate_document("I have three red apples. " + "one " * 2000 + "end.", "plain")
+        # Unclosed tags are HTML as browsers read it: kept as written, the text translated.
+        out = client.translate_document("<p><b>I have three red apples.", "html")
+        assert out.startswith("<p><b>") and "pommes" in out
+        assert client.translate_document("", "markdown") == ""
+        assert client.translate("the first day").text == "le premier jour"
+
+
+def test_the_cli_translates_a_document_file(demo_server, tmp_path):
+    path = tmp_path / "doc.md"
+    path.write_text(MARKDOWN, encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-m", "nmtserve.cli", "translate", "--url", demo_server.urls.grpc_address, "--document",
+         "--format", "markdown", str(path)], capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    with Translator(demo_server.urls.grpc_address) as client:
+        assert proc.stdout == _expected(client, MARKDOWN, "markdown")
+
+
+def test_a_thousand_sentence_document_against_the_same_sentences_as_a_list(demo_server, demo_sentences):
+    sentences = [s if s.endswith(".") else s + "." for s in demo_sentences[:1000]]
+    text = "\n\n".join(sentences) + "\n"
+    with Translator(demo_server.urls.grpc_address, batch_size=32, concurrency=4) as client:
+        document = segment(text, "plain")
+        assert len(document.sentences) == 1000
+        started = time.perf_counter()
+        listed = client.translate(document.sentences)
+        as_list = time.perf_counter() - started
+        started = time.perf_counter()
+        got = client.translate_document(text, "plain")
+        as_document = time.perf_counter() - started
+    assert got == document.render([t.text for t in listed])
+    print(f"1,000 sentences: as a list {1000 / as_list:.1f} sent/s, as one document {1000 / as_document:.1f} sent/s")
