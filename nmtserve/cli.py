@@ -46,6 +46,12 @@ def _cmd_translate(args: argparse.Namespace) -> int:
     return translate_remote(args)
 
 
+def _cmd_pairs(args: argparse.Namespace) -> int:
+    from .client.cli import list_pairs
+
+    return list_pairs(args)
+
+
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from .model.evaluate import evaluate_checkpoint
 
@@ -144,7 +150,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "keeps the lines aligned (default); skip: no output line; fail: stop there. "
                         "Exit status 2 when any line was rejected")
     _add_search_options(p)
+    p.add_argument("--source-lang", metavar="CODE", help="source language, for a server of several pairs (en)")
+    p.add_argument("--target-lang", metavar="CODE", help="target language, for a server of several pairs (fr)")
     p.set_defaults(func=_cmd_translate)
+
+    p = sub.add_parser("pairs", help="list the language pairs a server translates")
+    p.add_argument("--url", action="append", default=None, metavar="URL", help="server address (as for translate)")
+    p.add_argument("--protocol", choices=["grpc", "http"], default="grpc")
+    p.add_argument("--model", default="translate", help="Triton model name")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds")
+    p.set_defaults(func=_cmd_pairs)
 
     p = sub.add_parser("export", help="export a checkpoint to ONNX (+TensorRT) and write a Triton model repository")
     p.set_defaults(func=_cmd_export, export_parser=p)
@@ -184,6 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds a request may wait for decoding to start (default 60)")
     p.add_argument("--parity-sentences", type=int, default=50, help="sentences in the ONNX-vs-PyTorch parity check")
     p.add_argument("--skip-parity", action="store_true", help="skip the parity check (not recommended)")
+    p.add_argument("--pair", metavar="SRC-TGT", default=None,
+                   help="add the model to --repository under this language pair (en-fr): `translate` then routes "
+                        "requests by SOURCE_LANG/TARGET_LANG to every pair exported there (CPU target)")
     p.add_argument("--graph-models", action="store_true",
                    help="also serve the encoder/decoder graphs as Triton models `encoder`/`decoder` for custom "
                         "decode loops (CPU target; a process and a copy of the weights each)")

@@ -31,6 +31,19 @@ OUT_IDS = "OUT_IDS"  # [n, k, T] int32
 OUT_LEN = "OUT_LEN"  # [n, k] int32
 OUT_SCORE = "OUT_SCORE"  # [n, k] fp32
 
+# -- language pairs: a repository of several models (``nmtserve export --pair SRC-TGT``) serves
+# `translate` as a router to the pair's own ensemble (`translate_en_fr`, ...)
+SOURCE_LANG = "SOURCE_LANG"  # [1] optional: source language code ("en")
+TARGET_LANG = "TARGET_LANG"  # [1] optional: target language code ("fr")
+PAIRS_PARAMETER = "pairs"  # the router's config parameter: "en-fr,de-fr"
+PAIR_PATTERN = r"[A-Za-z][A-Za-z0-9]{0,7}(?:_[A-Za-z0-9]{1,8})?"  # one side: "en", "pt_BR"
+
+
+def pair_suffix(pair: str) -> str:
+    """The model-name suffix of a pair: "en-fr" -> "_en_fr" ("" for a repository without pairs)."""
+    return "" if not pair else "_" + pair.replace("-", "_")
+
+
 # -- translate_document (a whole document in, its translation out; see nmtserve.documents)
 DOCUMENT = "DOCUMENT"  # [1] UTF-8 text of the document
 FORMAT = "FORMAT"  # [1] optional: "plain" (default), "markdown" or "html"
@@ -53,7 +66,10 @@ OPTION_INPUTS = {BEAM_SIZE: "TYPE_INT32", MAX_LENGTH: "TYPE_INT32", LENGTH_PENAL
                  NUM_HYPOTHESES: "TYPE_INT32"}
 OPTIONS = [Tensor(name, t, (1,), optional=True) for name, t in OPTION_INPUTS.items()]
 
+LANGUAGES = [Tensor(SOURCE_LANG, "TYPE_STRING", (1,), optional=True),
+             Tensor(TARGET_LANG, "TYPE_STRING", (1,), optional=True)]
 TRANSLATE_INPUTS = [Tensor(TEXT, "TYPE_STRING", (-1,)), *OPTIONS]
+ROUTER_INPUTS = [*TRANSLATE_INPUTS, *LANGUAGES]
 TRANSLATE_OUTPUTS = [Tensor(TRANSLATION, "TYPE_STRING", (-1,)), Tensor(SCORE, "TYPE_FP32", (-1,)),
                      Tensor(NBEST_TRANSLATION, "TYPE_STRING", (-1, -1)), Tensor(NBEST_SCORE, "TYPE_FP32", (-1, -1))]
 TOKENIZE_INPUTS = [Tensor(TEXT, "TYPE_STRING", (-1,))]
@@ -65,5 +81,5 @@ DETOKENIZE_INPUTS = GENERATE_OUTPUTS
 DETOKENIZE_OUTPUTS = TRANSLATE_OUTPUTS
 # The n-best inputs and outputs make no sense for a whole document: one translation comes back.
 DOCUMENT_INPUTS = [Tensor(DOCUMENT, "TYPE_STRING", (1,)), Tensor(FORMAT, "TYPE_STRING", (1,), optional=True),
-                   *(t for t in OPTIONS if t.name != NUM_HYPOTHESES)]
+                   *(t for t in OPTIONS if t.name != NUM_HYPOTHESES), *LANGUAGES]
 DOCUMENT_OUTPUTS = [Tensor(TRANSLATION, "TYPE_STRING", (1,)), Tensor(SENTENCES, "TYPE_INT32", (1,))]

@@ -47,6 +47,8 @@ class AsyncTranslator(BaseTranslator):
         max_length: int | None = ...,
         length_penalty: float | None = ...,
         num_hypotheses: int = ...,
+        source_lang: str | None = ...,
+        target_lang: str | None = ...,
         on_error: str = ...,
     ) -> Translation: ...
 
@@ -59,6 +61,8 @@ class AsyncTranslator(BaseTranslator):
         max_length: int | None = ...,
         length_penalty: float | None = ...,
         num_hypotheses: int = ...,
+        source_lang: str | None = ...,
+        target_lang: str | None = ...,
         on_error: str = ...,
     ) -> list[Translation]: ...
 
@@ -70,6 +74,8 @@ class AsyncTranslator(BaseTranslator):
         max_length: int | None = None,
         length_penalty: float | None = None,
         num_hypotheses: int = 1,
+        source_lang: str | None = None,
+        target_lang: str | None = None,
         on_error: str = "raise",
     ) -> Translation | list[Translation]:
         """See Translator.translate."""
@@ -79,6 +85,8 @@ class AsyncTranslator(BaseTranslator):
             max_length=max_length,
             length_penalty=length_penalty,
             num_hypotheses=num_hypotheses,
+            source_lang=source_lang,
+            target_lang=target_lang,
             on_error=on_error,
         )
         results = [translation async for translation in stream]
@@ -92,11 +100,13 @@ class AsyncTranslator(BaseTranslator):
         max_length: int | None = None,
         length_penalty: float | None = None,
         num_hypotheses: int = 1,
+        source_lang: str | None = None,
+        target_lang: str | None = None,
         on_error: str = "raise",
     ) -> AsyncIterator[Translation]:
         """See Translator.translate_iter (``async for`` over it)."""
         batches = self.translate_batches(
-            texts, Options(beam_size, max_length, length_penalty, num_hypotheses), on_error
+            texts, Options(beam_size, max_length, length_penalty, num_hypotheses, source_lang, target_lang), on_error
         )
         return _flatten(batches)
 
@@ -158,10 +168,14 @@ class AsyncTranslator(BaseTranslator):
         beam_size: int | None = None,
         max_length: int | None = None,
         length_penalty: float | None = None,
+        source_lang: str | None = None,
+        target_lang: str | None = None,
     ) -> str:
         """Translate a whole document in one request (see Translator.translate_document)."""
         self._check_open()
-        request, deadline = self._document_request(text, format, beam_size, max_length, length_penalty)
+        request, deadline = self._document_request(
+            text, format, Options(beam_size, max_length, length_penalty, 1, source_lang, target_lang)
+        )
         attempts = self._attempts(deadline, None, self._transport)
         while True:
             try:
@@ -186,6 +200,19 @@ class AsyncTranslator(BaseTranslator):
                 await asyncio.sleep(attempts.failed(exc))
                 continue
             return decode_response(result, len(chunk), options)
+
+    async def pairs(self) -> list[str]:
+        """The language pairs the server translates ("en-fr", ...); [] for a server of one model
+        without pairs (``nmtserve export`` without ``--pair``)."""
+        self._check_open()
+        attempts = self._attempts(Deadline(self.deadline), None, self._transport)
+        while True:
+            try:
+                config = await self._transport.config(self.model, attempts.timeout())
+            except Exception as exc:
+                await asyncio.sleep(attempts.failed(exc))
+                continue
+            return self._pairs_from(config)
 
     # -- health
 

@@ -180,15 +180,19 @@ class BaseTranslator:
         )
         return job, Deadline(self.deadline)
 
+    def _pairs_from(self, config: Mapping[str, object]) -> list[str]:
+        params = config.get("parameters") or {}
+        entry = params.get(C.PAIRS_PARAMETER) if isinstance(params, Mapping) else None
+        value = entry.get("string_value", "") if isinstance(entry, Mapping) else ""
+        return [p for p in str(value).split(",") if p]
+
     @property
     def document_model(self) -> str:
         """The server's document model beside ``model``: "translate" -> "translate_document"."""
         return self.model + C.DOCUMENT_MODEL_SUFFIX
 
-    def _document_request(
-        self, text: str, fmt: str, beam_size: int | None, max_length: int | None, length_penalty: float | None
-    ) -> tuple[Request, Deadline]:
-        return encode_document_request(text, fmt, Options(beam_size, max_length, length_penalty)), Deadline(self.deadline)
+    def _document_request(self, text: str, fmt: str, options: Options) -> tuple[Request, Deadline]:
+        return encode_document_request(text, fmt, options), Deadline(self.deadline)
 
     def _attempts(self, deadline: Deadline, chunk: Chunk | None, transport: object) -> Attempts:
         return Attempts(

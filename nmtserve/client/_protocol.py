@@ -65,8 +65,15 @@ class Options:
     max_length: int | None = None
     length_penalty: float | None = None
     num_hypotheses: int = 1
+    # Language codes, for a server of several language pairs (None: the server's only pair).
+    source_lang: str | None = None
+    target_lang: str | None = None
 
     def __post_init__(self) -> None:
+        for name in ("source_lang", "target_lang"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise InvalidInputError(f"{name} must be a language code like 'en', got {value!r}")
         for name in ("beam_size", "max_length"):
             value = getattr(self, name)
             if value is not None and (not _is_int(value) or value < 1):
@@ -120,6 +127,9 @@ def encode_request(texts: Sequence[bytes], options: Options) -> Request:
         if value is not None:
             datatype = "INT32" if dtype is np.int32 else "FP32"
             inputs.append((name, np.array([value], dtype=dtype), datatype))
+    for name, code in ((C.INPUT_SOURCE_LANG, options.source_lang), (C.INPUT_TARGET_LANG, options.target_lang)):
+        if code is not None:
+            inputs.append((name, np.array([code.strip().encode()], dtype=np.object_), "BYTES"))
     outputs = [C.OUTPUT_TRANSLATION, C.OUTPUT_SCORE]
     if options.nbest:
         outputs += [C.OUTPUT_NBEST_TRANSLATION, C.OUTPUT_NBEST_SCORE]

@@ -358,6 +358,18 @@ class ReplicaTransport(_Common):
             raise first_error
         return server_ready, False
 
+    def config(self, model: str, timeout: float | None) -> dict[str, Any]:
+        """The model's configuration from the first replica that answers (in replicas first)."""
+        self._refresh()
+        error: BaseException | None = None
+        for replica in sorted(self.replicas, key=lambda r: not r.up):
+            try:
+                return dict(replica.transport.config(model, timeout))
+            except Exception as exc:
+                error = error or exc
+        assert error is not None
+        raise error
+
     def close(self) -> None:
         with self._pool.lock:
             replicas, self._pool.replicas = self._pool.replicas + self._retired, []
@@ -457,6 +469,17 @@ class AsyncReplicaTransport(_Common):
         if not server_ready and first_error is not None:
             raise first_error
         return server_ready, False
+
+    async def config(self, model: str, timeout: float | None) -> dict[str, Any]:
+        await self._refresh()
+        error: BaseException | None = None
+        for replica in sorted(self.replicas, key=lambda r: not r.up):
+            try:
+                return dict(await replica.transport.config(model, timeout))
+            except Exception as exc:
+                error = error or exc
+        assert error is not None
+        raise error
 
     async def close(self) -> None:
         with self._pool.lock:

@@ -82,6 +82,8 @@ class Translator(BaseTranslator):
         max_length: int | None = ...,
         length_penalty: float | None = ...,
         num_hypotheses: int = ...,
+        source_lang: str | None = ...,
+        target_lang: str | None = ...,
         on_error: str = ...,
     ) -> Translation: ...
 
@@ -94,6 +96,8 @@ class Translator(BaseTranslator):
         max_length: int | None = ...,
         length_penalty: float | None = ...,
         num_hypotheses: int = ...,
+        source_lang: str | None = ...,
+        target_lang: str | None = ...,
         on_error: str = ...,
     ) -> list[Translation]: ...
 
@@ -105,6 +109,8 @@ class Translator(BaseTranslator):
         max_length: int | None = None,
         length_penalty: float | None = None,
         num_hypotheses: int = 1,
+        source_lang: str | None = None,
+        target_lang: str | None = None,
         on_error: str = "raise",
     ) -> Translation | list[Translation]:
         """Translate one sentence (a str) or many (an iterable of str).
@@ -120,6 +126,8 @@ class Translator(BaseTranslator):
                 max_length=max_length,
                 length_penalty=length_penalty,
                 num_hypotheses=num_hypotheses,
+                source_lang=source_lang,
+                target_lang=target_lang,
                 on_error=on_error,
             )
         )
@@ -133,12 +141,14 @@ class Translator(BaseTranslator):
         max_length: int | None = None,
         length_penalty: float | None = None,
         num_hypotheses: int = 1,
+        source_lang: str | None = None,
+        target_lang: str | None = None,
         on_error: str = "raise",
     ) -> Iterator[Translation]:
         """Like translate(), but yields the translations in input order as soon as they and all
         before them are done, and reads ``texts`` lazily (a file object works)."""
         batches = self.translate_batches(
-            texts, Options(beam_size, max_length, length_penalty, num_hypotheses), on_error
+            texts, Options(beam_size, max_length, length_penalty, num_hypotheses, source_lang, target_lang), on_error
         )
         return _flatten(batches)
 
@@ -160,6 +170,8 @@ class Translator(BaseTranslator):
         beam_size: int | None = None,
         max_length: int | None = None,
         length_penalty: float | None = None,
+        source_lang: str | None = None,
+        target_lang: str | None = None,
     ) -> str:
         """Translate a whole document (``format``: "plain", "markdown" or "html") in one request.
 
@@ -169,7 +181,9 @@ class Translator(BaseTranslator):
         "Documents"). Retried like a sentence request; a bad document raises InvalidInputError.
         """
         self._check_open()
-        request, deadline = self._document_request(text, format, beam_size, max_length, length_penalty)
+        request, deadline = self._document_request(
+            text, format, Options(beam_size, max_length, length_penalty, 1, source_lang, target_lang)
+        )
         attempts = self._attempts(deadline, None, self._transport)
         while True:
             try:
@@ -260,6 +274,19 @@ class Translator(BaseTranslator):
                     max_workers=self.concurrency, thread_name_prefix="nmtserve-client"
                 )
             return self._pool
+
+    def pairs(self) -> list[str]:
+        """The language pairs the server translates ("en-fr", ...); [] for a server of one model
+        without pairs (``nmtserve export`` without ``--pair``)."""
+        self._check_open()
+        attempts = self._attempts(Deadline(self.deadline), None, self._transport)
+        while True:
+            try:
+                config = self._transport.config(self.model, attempts.timeout())
+            except Exception as exc:
+                time.sleep(attempts.failed(exc))
+                continue
+            return self._pairs_from(config)
 
     # -- health
 

@@ -152,6 +152,10 @@ class GrpcTransport:
         client.get_model_metadata(model, headers=self._headers, client_timeout=timeout)  # raises for an unknown model
         return True, False
 
+    def config(self, model: str, timeout: float | None) -> dict[str, Any]:
+        answer = self._client.get_model_config(model, headers=self._headers, as_json=True, client_timeout=timeout)
+        return dict(answer.get("config", answer))
+
     def close(self) -> None:
         self._client.close()
 
@@ -220,6 +224,9 @@ class HttpTransport:
         client.get_model_metadata(model, headers=self._headers)  # raises for an unknown model
         return True, False
 
+    def config(self, model: str, timeout: float | None) -> dict[str, Any]:
+        return dict(self._client().get_model_config(model, headers=self._headers))
+
     def close(self) -> None:
         with self._lock:
             clients, self._clients = self._clients, []
@@ -283,6 +290,10 @@ class AsyncGrpcTransport:
         await client.get_model_metadata(model, headers=self._headers, client_timeout=timeout)
         return True, False
 
+    async def config(self, model: str, timeout: float | None) -> dict[str, Any]:
+        answer = await self._get().get_model_config(model, headers=self._headers, as_json=True, client_timeout=timeout)
+        return dict(answer.get("config", answer))
+
     async def close(self) -> None:
         if self._client is not None:
             client, self._client = self._client, None
@@ -344,6 +355,9 @@ class AsyncHttpTransport:
             return True, True
         await asyncio.wait_for(client.get_model_metadata(model, headers=self._headers), timeout)
         return True, False
+
+    async def config(self, model: str, timeout: float | None) -> dict[str, Any]:
+        return dict(await asyncio.wait_for(self._get().get_model_config(model, headers=self._headers), timeout))
 
     async def close(self) -> None:
         if self._client is not None:

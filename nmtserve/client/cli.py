@@ -181,7 +181,8 @@ def _options(args: argparse.Namespace) -> tuple[Options, dict[str, Any]]:
     if not args.timeout > 0:
         raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout}")
     try:
-        options = Options(args.beam_size, args.max_length, args.length_penalty, args.nbest)
+        options = Options(args.beam_size, args.max_length, args.length_penalty, args.nbest,
+                          getattr(args, "source_lang", None), getattr(args, "target_lang", None))
     except InvalidInputError as exc:
         # Name the flags the user typed, not the library's parameters.
         message = str(exc)
@@ -190,6 +191,8 @@ def _options(args: argparse.Namespace) -> tuple[Options, dict[str, Any]]:
             ("beam_size", "--beam-size"),
             ("max_length", "--max-length"),
             ("length_penalty", "--length-penalty"),
+            ("source_lang", "--source-lang"),
+            ("target_lang", "--target-lang"),
         ):
             message = message.replace(param, flag)
         raise UsageError(message) from None
@@ -284,6 +287,24 @@ def translate_remote(
         return EXIT_OK
 
 
+def list_pairs(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    """``nmtserve pairs``: one pair per line; a one-model server says so on stderr."""
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    try:
+        with Translator(_urls(args.url), protocol=args.protocol, model=args.model, timeout=args.timeout) as translator:
+            pairs = translator.pairs()
+    except ValueError as exc:
+        _report(stderr, str(exc))
+        return EXIT_USAGE
+    except TranslationError as exc:
+        _report(stderr, str(exc))
+        return exit_code(exc)
+    if not pairs:
+        _report(stderr, f"{args.model} serves one model without language pairs")
+    stdout.write("".join(p + "\n" for p in pairs))
+    return EXIT_OK
+
+
 def _translate_document(
     translator: Translator, options: Options, args: argparse.Namespace, stdin: TextIO, stdout: TextIO
 ) -> int:
@@ -302,7 +323,7 @@ def _translate_document(
         text = stdin.read()
     stdout.write(translator.translate_document(
         text, args.format, beam_size=options.beam_size, max_length=options.max_length,
-        length_penalty=options.length_penalty,
+        length_penalty=options.length_penalty, source_lang=options.source_lang, target_lang=options.target_lang,
     ))
     stdout.flush()
     return EXIT_OK

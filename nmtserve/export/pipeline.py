@@ -27,7 +27,7 @@ from .lint import lint_file
 from .onnx_export import dims_of, export_decoder, export_encoder
 from .parity import ParityReport, check_parity
 from .quantize import parse_keep, quantize_int8
-from .repository import RepositoryOptions, write_repository
+from .repository import RepositoryOptions, check_layout, write_repository
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,7 @@ class ExportOptions:
     skip_parity: bool = False
     step_backend: str = ""  # how generate runs the graphs; "": the target's default
     graph_models: bool = False  # also serve encoder/decoder as models (RepositoryOptions)
+    pair: str = ""  # "en-fr": add the model to the repository under its language pair (RepositoryOptions)
     # The quality gate of a reduced precision (nmtserve.export.quality).
     max_bleu_drop: float = quality.DEFAULT_MAX_BLEU_DROP
     gate_source: Path | None = None  # None: the checkpoint's test.en (and its test.<tgt> references)
@@ -151,7 +152,8 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
         repo_opts = RepositoryOptions(name=opts.name, max_batch=opts.max_batch,
                                       max_beam=max(graphs.DEFAULT_MAX_BEAM, opts.beam_size), target=opts.target,
                                       step_backend=opts.step_backend, graph_models=opts.graph_models,
-                                      **opts.limits)
+                                      pair=opts.pair, **opts.limits)
+        check_layout(opts.repository, repo_opts)
     except (ValueError, TypeError) as exc:
         raise ExportError(f"options: {exc}") from exc
     t = time.monotonic()

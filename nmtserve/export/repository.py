@@ -25,6 +25,7 @@ parameter.
 
 from __future__ import annotations
 
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +81,11 @@ class RepositoryOptions:
     # translate_document: characters per document (its sentences go to `translate` in requests of
     # at most max_request_sentences).
     max_document_chars: int = 1_000_000
+    # A language pair ("en-fr"): the models get the pair's suffix (translate_en_fr, tokenize_en_fr,
+    # generate_en_fr, ...), and `translate` / `translate_document` route by SOURCE_LANG /
+    # TARGET_LANG to every pair in the repository (exports of other pairs add theirs). "": one
+    # model, no routing (the default layout).
+    pair: str = ""
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -90,6 +96,17 @@ class RepositoryOptions:
             raise ValueError(f"step_backend must be one of {', '.join(STEP_BACKENDS)}, got {self.step_backend!r}")
         if self.target == "cpu" and self.step_backend in ("tensorrt", "onnxruntime-cuda"):
             raise ValueError(f"step_backend {self.step_backend!r} needs a GPU: use it with target 'gpu'")
+        if self.pair:
+            side = contract.PAIR_PATTERN
+            if not re.fullmatch(f"{side}-{side}", self.pair):
+                raise ValueError(f"pair must be SOURCE-TARGET language codes like en-fr or pt_BR-en, got {self.pair!r}")
+            if self.target == "gpu":
+                raise ValueError("language pairs are served on the cpu target only so far (the GPU container "
+                                 "builds plans for one model): export each pair to its own repository")
+
+    @property
+    def suffix(self) -> str:
+        return contract.pair_suffix(self.pair)
 
 
 def _tensor(name: str, dtype: str, dims: list[int], optional: bool = False) -> str:
@@ -136,7 +153,7 @@ def _tensors(tensors: list[contract.Tensor]) -> list[str]:
     return [_tensor(t.name, t.triton_type, list(t.dims), optional=t.optional) for t in tensors]
 
 
-def _ensemble(name: str, params: dict[str, str]) -> str:
+def _ensemble(name: str, params: dict[str, str], sfx: str = "") -> str:
     def step(model: str, inputs: dict[str, str], outputs: dict[str, str]) -> str:
         ins = "".join(f'      input_map {{ key: "{k}" value: "{v}" }}\n' for k, v in inputs.items())
         outs = "".join(f'      output_map {{ key: "{k}" value: "{v}" }}\n' for k, v in outputs.items())
@@ -146,10 +163,10 @@ def _ensemble(name: str, params: dict[str, str]) -> str:
     internal = {n: n.lower() for n in (c.SRC_IDS, c.SRC_LEN, c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE)}
     options = {n: n for n in c.OPTION_INPUTS}
     steps = [
-        step("tokenize", {c.TEXT: c.TEXT}, {n: internal[n] for n in (c.SRC_IDS, c.SRC_LEN)}),
-        step("generate", {**{n: internal[n] for n in (c.SRC_IDS, c.SRC_LEN)}, **options},
+        step("tokenize" + sfx, {c.TEXT: c.TEXT}, {n: internal[n] for n in (c.SRC_IDS, c.SRC_LEN)}),
+        step("generate" + sfx, {**{n: internal[n] for n in (c.SRC_IDS, c.SRC_LEN)}, **options},
              {n: internal[n] for n in (c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE)}),
-        step("detokenize", {n: internal[n] for n in (c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE)},
+        step("detokenize" + sfx, {n: internal[n] for n in (c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE)},
              {t.name: t.name for t in c.TRANSLATE_OUTPUTS}),
     ]
     text = f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 0\n'
@@ -164,9 +181,13 @@ from nmtserve.server.triton_models import {cls} as TritonPythonModel  # noqa: F4
 '''
 
 
-def model_configs(dims: graphs.Dims, opts: RepositoryOptions) -> dict[str, tuple[str, str | None]]:
-    """model name -> (config.pbtxt text, model.py class; None for the ensemble and TensorRT models)."""
-    art = {"artifacts": f"../../{ARTIFACTS_MODEL}/1"}
+def model_configs(dims: graphs.Dims, opts: RepositoryOptions,
+                  pairs: tuple[str, ...] = ()) -> dict[str, tuple[str, str | None]]:
+    """model name -> (config.pbtxt text, model.py class; None for the ensemble and TensorRT models).
+
+    With ``opts.pair``, ``pairs`` is every pair the repository will serve (the router's list)."""
+    sfx = opts.suffix
+    art = {"artifacts": f"../../{ARTIFACTS_MODEL}{sfx}/1"}
     graph_io = {
         "encoder": (_graph_tensors(graphs.encoder_inputs()), _graph_tensors(graphs.encoder_outputs(dims))),
         "decoder": (_graph_tensors(graphs.decoder_inputs(dims)), _graph_tensors(graphs.decoder_outputs(dims))),
@@ -190,27 +211,34 @@ def model_configs(dims: graphs.Dims, opts: RepositoryOptions) -> dict[str, tuple
         graph_models = {name: (_tensorrt_model(name, *io), None) for name, io in graph_io.items()}
     else:
         graph_models = {
-            name: (_python_model(name, *io, params={**art, "graph": f"{name}.onnx"}), "OnnxGraphModel")
+            name + sfx: (_python_model(name + sfx, *io, params={**art, "graph": f"{name}.onnx"}), "OnnxGraphModel")
             for name, io in graph_io.items()
         }
-    return {
-        opts.name: (_ensemble(opts.name, {"precision": opts.precision,
-                                          **({"quality": opts.quality} if opts.quality else {})}), None),
-        "tokenize": (_python_model("tokenize", _tensors(contract.TOKENIZE_INPUTS), _tensors(contract.TOKENIZE_OUTPUTS),
-                                   params=tokenize_params), "TokenizeModel"),
-        ARTIFACTS_MODEL: (_python_model(ARTIFACTS_MODEL, _tensors(contract.GENERATE_INPUTS),
-                                        _tensors(contract.GENERATE_OUTPUTS), params=engine_params,
-                                        kind=engine_kind), "GenerateModel"),
-        "detokenize": (_python_model("detokenize", _tensors(contract.DETOKENIZE_INPUTS),
-                                     _tensors(contract.DETOKENIZE_OUTPUTS), params=art), "DetokenizeModel"),
-        opts.name + contract.DOCUMENT_MODEL_SUFFIX: (
-            _python_model(opts.name + contract.DOCUMENT_MODEL_SUFFIX, _tensors(contract.DOCUMENT_INPUTS),
-                          _tensors(contract.DOCUMENT_OUTPUTS),
+    quality = {"precision": opts.precision, **({"quality": opts.quality} if opts.quality else {})}
+    document = opts.name + contract.DOCUMENT_MODEL_SUFFIX
+    models = {
+        opts.name + sfx: (_ensemble(opts.name + sfx, quality, sfx), None),
+        "tokenize" + sfx: (_python_model("tokenize" + sfx, _tensors(contract.TOKENIZE_INPUTS),
+                                         _tensors(contract.TOKENIZE_OUTPUTS), params=tokenize_params), "TokenizeModel"),
+        ARTIFACTS_MODEL + sfx: (_python_model(ARTIFACTS_MODEL + sfx, _tensors(contract.GENERATE_INPUTS),
+                                              _tensors(contract.GENERATE_OUTPUTS), params=engine_params,
+                                              kind=engine_kind), "GenerateModel"),
+        "detokenize" + sfx: (_python_model("detokenize" + sfx, _tensors(contract.DETOKENIZE_INPUTS),
+                                           _tensors(contract.DETOKENIZE_OUTPUTS), params=art), "DetokenizeModel"),
+        document: (
+            _python_model(document, _tensors(contract.DOCUMENT_INPUTS), _tensors(contract.DOCUMENT_OUTPUTS),
                           params={"translate_model": opts.name, "max_document_chars": str(opts.max_document_chars),
-                                  "max_request_sentences": str(opts.max_request_sentences)}),
+                                  "max_request_sentences": str(opts.max_request_sentences),
+                                  "routed": "1" if opts.pair else "0"}),
             "DocumentModel"),
         **graph_models,
     }
+    if opts.pair:
+        listed = ",".join(sorted({*pairs, opts.pair}))
+        models[opts.name] = (
+            _python_model(opts.name, _tensors(contract.ROUTER_INPUTS), _tensors(contract.TRANSLATE_OUTPUTS),
+                          params={contract.PAIRS_PARAMETER: listed}), "PairRouterModel")
+    return models
 
 
 def _write(path: Path, data: str | bytes) -> None:
@@ -224,8 +252,8 @@ def _write(path: Path, data: str | bytes) -> None:
 def write_repository(repository: Path, dims: graphs.Dims, artifacts: dict[str, Path], opts: RepositoryOptions) -> list[Path]:
     """Write configs, model.py files and artifacts; returns the files written."""
     written = []
-    configs = model_configs(dims, opts)
-    for model in GRAPH_MODELS:  # left by an earlier export that served them: Triton would load them
+    configs = model_configs(dims, opts, repository_pairs(repository, opts.name))
+    for model in (g + opts.suffix for g in GRAPH_MODELS):  # left by an earlier export that served them
         if model not in configs and (repository / model / "config.pbtxt").is_file():
             shutil.rmtree(repository / model)
     for model, (config, cls) in configs.items():
@@ -238,7 +266,7 @@ def write_repository(repository: Path, dims: graphs.Dims, artifacts: dict[str, P
             written.append(version / "model.py")
         else:  # a model.py left by an export for the other target would be misleading
             (version / "model.py").unlink(missing_ok=True)
-    target = repository / ARTIFACTS_MODEL / "1"
+    target = repository / (ARTIFACTS_MODEL + opts.suffix) / "1"
     for name in OPTIONAL_ARTIFACTS:
         if name not in artifacts:
             (target / name).unlink(missing_ok=True)
@@ -250,3 +278,30 @@ def write_repository(repository: Path, dims: graphs.Dims, artifacts: dict[str, P
             tmp.replace(dst)
         written.append(dst)
     return written
+
+
+_PAIRS_LINE = re.compile(r'key: "' + contract.PAIRS_PARAMETER + r'" value: \{ string_value: "([^"]*)" \}')
+
+
+def repository_pairs(repository: Path, name: str = "translate") -> tuple[str, ...]:
+    """The pairs the repository's router serves now (none: no router there)."""
+    config = repository / name / "config.pbtxt"
+    if not config.is_file():
+        return ()
+    text = config.read_text(encoding="utf-8")
+    found = _PAIRS_LINE.search(text)
+    return tuple(p for p in found.group(1).split(",") if p) if found else ()
+
+
+def check_layout(repository: Path, opts: RepositoryOptions) -> None:
+    """Refuse to mix the one-model layout and the pair layout in one repository."""
+    config = repository / opts.name / "config.pbtxt"
+    if not config.is_file():
+        return
+    router = bool(repository_pairs(repository, opts.name))
+    if opts.pair and not router:
+        raise ValueError(f"{repository} serves one model without a language pair ({opts.name} is its ensemble): "
+                         f"export every model with --pair SRC-TGT into a new repository")
+    if not opts.pair and router:
+        pairs = ", ".join(repository_pairs(repository, opts.name))
+        raise ValueError(f"{repository} serves language pairs ({pairs}): give --pair SRC-TGT for this model")

@@ -602,7 +602,8 @@ class TritonServer:
             timeout = self.config.exit_timeout_s + 10.0 if timeout is None else timeout
             LOGGER.info("stopping tritonserver (pid %d)", process.pid)
             deadline = time.monotonic() + timeout
-            if self._drain_file is not None and (self.config.model_repository / "generate").is_dir():
+            # Every `generate` (one per language pair: generate_en_fr, ...) watches the drain file.
+            if self._drain_file is not None and any(self.config.model_repository.glob("generate*/config.pbtxt")):
                 self._drain_file.touch()
                 self._wait_drained(time.monotonic() + DRAIN_SECONDS)
             waiting = {f"successfully unloaded '{m}'" for m in self._models}

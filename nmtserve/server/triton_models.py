@@ -402,6 +402,8 @@ class DocumentModel:
         self.translate_model = params.get("translate_model", "translate")
         self.max_chars = int(params.get("max_document_chars", "1000000")) or None
         self.chunk = int(params.get("max_request_sentences", "1024")) or 1024
+        # "1": `translate_model` is the pair router, which takes SOURCE_LANG/TARGET_LANG.
+        self.routed = params.get("routed", "0") == "1"
         self._final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         self._pool = ThreadPoolExecutor(self.WORKERS, thread_name_prefix="nmtserve-document")
 
@@ -410,8 +412,12 @@ class DocumentModel:
             sender = request.get_response_sender()
             try:  # copied out here: the inputs are freed when execute returns
                 text, fmt = _document_input(request)
-                options = {name: np.array(value) for name in (c.BEAM_SIZE, c.MAX_LENGTH, c.LENGTH_PENALTY)
+                options = {name: np.array(value) for name in (c.BEAM_SIZE, c.MAX_LENGTH, c.LENGTH_PENALTY,
+                                                              c.SOURCE_LANG, c.TARGET_LANG)
                            if (value := _input(request, name)) is not None}
+                if not self.routed and (c.SOURCE_LANG in options or c.TARGET_LANG in options):
+                    raise InputError(f"this server serves one model without language pairs: leave {c.SOURCE_LANG} "
+                                     f"and {c.TARGET_LANG} out")
             except InputError as exc:
                 sender.send(pb_utils.InferenceResponse(error=_error(str(exc))), flags=self._final)
                 continue
@@ -485,3 +491,86 @@ def _document_input(request) -> tuple[str, str]:
     if name not in c.DOCUMENT_FORMATS:
         raise InputError(f"{c.FORMAT} must be one of {', '.join(c.DOCUMENT_FORMATS)}, got {name!r}")
     return text, name
+
+
+class PairRouterModel:
+    """``translate`` in a repository of several language pairs: TEXT, SOURCE_LANG, TARGET_LANG
+    (and the decoding options) -> the outputs of the pair's own ensemble (``translate_en_fr``).
+
+    Each pair keeps its own tokenize/generate/detokenize, so requests for different pairs decode
+    concurrently, each pair in its own in-flight batch. The request is forwarded by BLS from a
+    thread pool and answered through its response sender (as ``generate`` does). Without
+    SOURCE_LANG/TARGET_LANG a request goes to the only pair that fits what it gives; an unknown
+    or ambiguous pair is INVALID_ARG listing the pairs served.
+    """
+
+    WORKERS = 64  # requests forwarded at once; more wait in the pool's queue
+
+    def initialize(self, args: dict) -> None:
+        params, _ = _parameters(args)
+        self.name = json.loads(args["model_config"])["name"]
+        self.pairs = tuple(p for p in params.get(c.PAIRS_PARAMETER, "").split(",") if p)
+        if not self.pairs:
+            raise ValueError(f"model {self.name}: no language pairs in its '{c.PAIRS_PARAMETER}' parameter")
+        self._final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        self._pool = ThreadPoolExecutor(self.WORKERS, thread_name_prefix="nmtserve-router")
+        log.info("%s routes %s", self.name, ", ".join(self.pairs))
+
+    def execute(self, requests: list) -> None:
+        for request in requests:
+            sender = request.get_response_sender()
+            try:
+                pair = choose_pair(self.pairs, _language(request, c.SOURCE_LANG), _language(request, c.TARGET_LANG))
+                inputs = [pb_utils.Tensor(t.name, np.array(value)) for t in c.TRANSLATE_INPUTS
+                          if (value := _input(request, t.name)) is not None]
+                outputs = list(request.requested_output_names())
+            except InputError as exc:
+                sender.send(pb_utils.InferenceResponse(error=_error(str(exc))), flags=self._final)
+                continue
+            self._pool.submit(self._forward, self.name + c.pair_suffix(pair), inputs, outputs, sender)
+        return None
+
+    def _forward(self, model: str, inputs: list, outputs: list[str], sender) -> None:
+        try:
+            answer = pb_utils.InferenceRequest(model_name=model, requested_output_names=outputs, inputs=inputs).exec()
+            if answer.has_error():
+                error = answer.error()
+                code = error.code() if hasattr(error, "code") else pb_utils.TritonError.INTERNAL
+                response = pb_utils.InferenceResponse(error=pb_utils.TritonError(error.message(), code))
+            else:
+                response = pb_utils.InferenceResponse(output_tensors=answer.output_tensors())
+        except Exception as exc:
+            log.exception("routing to %s failed", model)
+            response = pb_utils.InferenceResponse(error=_error(f"routing to {model} failed: {exc}", invalid=False))
+        try:
+            sender.send(response, flags=self._final)
+        except Exception:
+            log.exception("could not send a response")
+
+    def finalize(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _language(request, name: str) -> str | None:
+    value = _input(request, name)
+    if value is None or value.size == 0:
+        return None
+    if value.size != 1:
+        raise InputError(f"{name} must hold one language code, got {value.size}")
+    raw = value.reshape(-1)[0]
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    return text.strip() or None
+
+
+def choose_pair(pairs: tuple[str, ...], source: str | None, target: str | None) -> str:
+    """The one pair of ``pairs`` that fits the request's languages (either may be left out)."""
+    fits = [p for p in pairs if (source is None or p.split("-")[0] == source)
+            and (target is None or p.split("-")[1] == target)]
+    if len(fits) == 1:
+        return fits[0]
+    served = ", ".join(pairs)
+    asked = f"{source or '?'}-{target or '?'}"
+    if not fits:
+        raise InputError(f"no model for the language pair {asked}: this server translates {served}")
+    raise InputError(f"the language pair {asked} is ambiguous: give {c.SOURCE_LANG} and {c.TARGET_LANG} "
+                     f"(this server translates {served})")
