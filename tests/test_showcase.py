@@ -29,7 +29,7 @@ def test_example_files_are_the_generators_pairs():
 def _readme_inputs() -> list[str]:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     # The sentences of the `translate` curl examples (documents are checked in test_document_server.py).
-    inputs = [s for data in re.findall(r'"name":"TEXT"[^\]]*?"data":(\[[^\]]*\])', readme) for s in json.loads(data)]
+    inputs = [s for data in re.findall(r'"name":"TEXT"[^}]*?"data":(\[[^\]]*\])', readme) for s in json.loads(data)]
     inputs += re.findall(r'\.translate\("([^"]+)"\)', readme)
     return inputs
 
