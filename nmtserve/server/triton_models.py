@@ -457,11 +457,10 @@ class DocumentModel:
         response = pb_utils.InferenceRequest(model_name=self.translate_model, requested_output_names=[c.TRANSLATION],
                                              inputs=inputs).exec()
         if response.has_error():
-            error = response.error()
+            error = bls_error(response.error())
             message = re.sub(r"\bTEXT\[(\d+)\]", lambda m: f"sentence {start + int(m.group(1)) + 1} of the document",
                              error.message())
-            code = error.code() if hasattr(error, "code") else pb_utils.TritonError.INTERNAL
-            raise _TranslateFailed(message, code)
+            raise _TranslateFailed(message, error.code())
         out = pb_utils.get_output_tensor_by_name(response, c.TRANSLATION).as_numpy()
         return [t.decode("utf-8") for t in out.reshape(-1)]
 
@@ -534,9 +533,7 @@ class PairRouterModel:
         try:
             answer = pb_utils.InferenceRequest(model_name=model, requested_output_names=outputs, inputs=inputs).exec()
             if answer.has_error():
-                error = answer.error()
-                code = error.code() if hasattr(error, "code") else pb_utils.TritonError.INTERNAL
-                response = pb_utils.InferenceResponse(error=pb_utils.TritonError(error.message(), code))
+                response = pb_utils.InferenceResponse(error=bls_error(answer.error()))
             else:
                 response = pb_utils.InferenceResponse(output_tensors=answer.output_tensors())
         except Exception as exc:
@@ -574,3 +571,27 @@ def choose_pair(pairs: tuple[str, ...], source: str | None, target: str | None) 
         raise InputError(f"no model for the language pair {asked}: this server translates {served}")
     raise InputError(f"the language pair {asked} is ambiguous: give {c.SOURCE_LANG} and {c.TARGET_LANG} "
                      f"(this server translates {served})")
+
+
+# What the models' own errors say, by the contract's rules: a bad sentence is named TEXT[i], a bad
+# option by its input's name; an overloaded or stopping engine says so (engine.py).
+_INVALID_MESSAGE = re.compile(r"\bTEXT\[\d+\]|\b(BEAM_SIZE|NUM_HYPOTHESES|MAX_LENGTH|LENGTH_PENALTY)\b")
+_UNAVAILABLE_MESSAGE = re.compile(r"server busy|shutting down|is not at ready state|has no available versions")
+
+
+def bls_error(error):
+    """A BLS response's error with the status the client should see.
+
+    The Python backend hands a BLS caller the message of the callee's error but (Triton 24.x)
+    not always its code, which arrives as INTERNAL; a client would then treat a bad sentence
+    as a server failure and not retry an overloaded server. The code is recovered from the
+    message where the contract makes that certain."""
+    errors = pb_utils.TritonError
+    code = error.code() if hasattr(error, "code") else errors.INTERNAL
+    message = error.message()
+    if code == errors.INTERNAL:
+        if _INVALID_MESSAGE.search(message):
+            code = errors.INVALID_ARG
+        elif _UNAVAILABLE_MESSAGE.search(message):
+            code = getattr(errors, "UNAVAILABLE", errors.INTERNAL)
+    return errors(message, code)
