@@ -74,9 +74,10 @@ def test_a_failed_replica_is_out_probed_after_its_back_off_and_put_back():
     assert all(pool.pick(set(), now=10.1)[0] is b for _ in range(5))
     # Failing over from b while a is still backing off: nothing else to try.
     assert pool.pick({b}, now=10.1) == (None, False)
-    # After the back-off, with b busy elsewhere, a is probed before it gets work.
-    replica, probe = pool.pick({b}, now=10.6)
+    # After the back-off, the next request probes a first; one probe at a time.
+    replica, probe = pool.pick(set(), now=10.6)
     assert replica is a and probe and a.probing
+    assert pool.pick(set(), now=10.6) == (b, False)
     pool.mark_down(a, ServerUnavailableError("refused"), now=10.6)
     assert a.down_until == pytest.approx(11.6)  # the back-off doubles
     pool.mark_up(a)

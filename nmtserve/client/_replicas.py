@@ -9,7 +9,7 @@ all its addresses and re-resolved every ``resolve_interval`` seconds.
 A request that fails because its replica is unreachable or unavailable (refused, reset,
 UNAVAILABLE, a server draining) takes that replica out and goes at once to another one:
 translation is idempotent, so re-sending in-flight work is safe. A replica that is out is
-probed (server and model ready) after a back-off (0.5 s, doubling to 30 s) and put back when it
+probed (server and model ready) after a back-off (0.5 s, doubling to 10 s) and put back when it
 answers. Only when every replica is out does the failure reach the retry policy, which waits
 and tries again. The pool's bookkeeping (``ReplicaPool``) is shared; ``ReplicaTransport`` and
 ``AsyncReplicaTransport`` do the I/O with the per-replica transports of ``_transports``.
@@ -77,9 +77,10 @@ def _addresses(infos: Sequence[Any], port: int) -> list[str]:
     return sorted(f"[{h}]:{port}" if ":" in h else f"{h}:{port}" for h in hosts)
 
 
-# Back-off of a replica that failed: the first probe after 0.5 s, then 1, 2, ... up to 30 s.
+# Back-off of a replica that failed: the first probe after 0.5 s, then 1, 2, ... up to 10 s (a
+# probe is one health check, so a replica that is back waits at most 10 s for work).
 FIRST_PROBE_DELAY = 0.5
-MAX_PROBE_DELAY = 30.0
+MAX_PROBE_DELAY = 10.0
 DEFAULT_RESOLVE_INTERVAL = 30.0
 
 
@@ -135,23 +136,25 @@ class ReplicaPool:
     def pick(self, exclude: set[Replica], now: float) -> tuple[Replica | None, bool]:
         """The replica for the next request and whether to probe it first.
 
-        In replicas first (fewest in flight, round-robin among ties); then an out replica whose
-        back-off is over (probe it); when every replica is out and none is due, the one due
-        first (the retry policy spaces these attempts)."""
+        An out replica whose back-off is over first (probe it: this is how it comes back); then
+        the in replicas (fewest in flight, round-robin among ties); when every replica is out and
+        none is due, the one due first (the retry policy spaces these attempts)."""
         candidates = [r for r in self.replicas if r not in exclude]
         if not candidates:
             return None, False
+        due = [r for r in candidates if not r.up and not r.probing and r.down_until <= now]
+        if due:
+            # An out replica whose back-off is over gets the next request, after a health check
+            # (if that fails, the request goes on to an in replica and the back-off doubles).
+            replica = min(due, key=lambda r: r.down_until)
+            replica.probing = True
+            return replica, True
         up = [r for r in candidates if r.up]
         if up:
             self._turn += 1
             least = min(r.inflight for r in up)
             tied = [r for r in up if r.inflight == least]
             return tied[self._turn % len(tied)], False
-        due = [r for r in candidates if not r.probing and r.down_until <= now]
-        if due:
-            replica = min(due, key=lambda r: r.down_until)
-            replica.probing = True
-            return replica, True
         if exclude:
             return None, False  # failing over: a replica known to be out is no better
         return min(candidates, key=lambda r: r.down_until), False

@@ -37,7 +37,7 @@ class Translator(BaseTranslator):
             to (re-resolved every ``resolve_interval`` seconds). Requests go to the replica
             with the fewest in flight; one that fails (unreachable, unavailable) is taken out,
             its in-flight requests go to another, and it is put back once its health check
-            passes (probed after 0.5 s, then backing off to 30 s).
+            passes (probed after 0.5 s, then backing off to 10 s).
         protocol: ``"grpc"`` or ``"http"``.
         model: the Triton model name.
         timeout: seconds one request may take (None: no limit). A request that times out is
