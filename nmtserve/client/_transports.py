@@ -106,16 +106,9 @@ def _grpc_client(module: Any, url: str, tls: TLS | None) -> Any:
     )
 
 
-# --------------------------------------------------------------------------------------------
-# Blocking
-
-
-class GrpcTransport:
-    """tritonclient.grpc: one client (one channel) shared by all threads; it is thread-safe."""
-
-    connection_errors: tuple[type[BaseException], ...] = ()
-    # Each call takes its own time limit (so a call's deadline reaches into the request).
-    per_request_timeout = True
+class _Transport:
+    """What every transport keeps: where the server is, the time limit, the concurrency, the
+    headers sent with every call and the TLS settings."""
 
     def __init__(
         self,
@@ -125,12 +118,30 @@ class GrpcTransport:
         headers: dict[str, str] | None = None,
         tls: TLS | None = None,
     ) -> None:
+        self._url = url
+        self._timeout = timeout
+        self._concurrency = concurrency
         self._headers = dict(headers) if headers else None
         self._tls = tls
+
+
+# --------------------------------------------------------------------------------------------
+# Blocking
+
+
+class GrpcTransport(_Transport):
+    """tritonclient.grpc: one client (one channel) shared by all threads; it is thread-safe."""
+
+    connection_errors: tuple[type[BaseException], ...] = ()
+    # Each call takes its own time limit (so a call's deadline reaches into the request).
+    per_request_timeout = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         import tritonclient.grpc as module
 
         self._module = module
-        self._client = _grpc_client(module, url, tls)
+        self._client = _grpc_client(module, self._url, self._tls)
 
     def infer(self, model: str, request: Request, timeout: float | None) -> Any:
         inputs, outputs = tritonclient_tensors(self._module, request)
@@ -160,7 +171,7 @@ class GrpcTransport:
         self._client.close()
 
 
-class HttpTransport:
+class HttpTransport(_Transport):
     """tritonclient.http: geventhttpclient, whose clients must not be shared between threads,
     so each thread gets its own (a keep-alive connection each). Its time limit is the socket
     timeout set when the client is made, so the per-request ``timeout`` is fixed here and a
@@ -168,22 +179,12 @@ class HttpTransport:
 
     per_request_timeout = False
 
-    def __init__(
-        self,
-        url: str,
-        timeout: float | None,
-        concurrency: int,
-        headers: dict[str, str] | None = None,
-        tls: TLS | None = None,
-    ) -> None:
-        self._headers = dict(headers) if headers else None
-        self._tls = tls
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         import tritonclient.http as module
         from geventhttpclient.response import HTTPParseError
 
         self._module = module
-        self._url = url
-        self._timeout = timeout
         # A keep-alive connection the server closed (a restart) surfaces as a parse error.
         self.connection_errors: tuple[type[BaseException], ...] = (HTTPParseError,)
         self._local = threading.local()
@@ -242,27 +243,18 @@ class HttpTransport:
 # asyncio
 
 
-class AsyncGrpcTransport:
+class AsyncGrpcTransport(_Transport):
     """tritonclient.grpc.aio; the channel is made on first use, inside the running loop."""
 
     connection_errors: tuple[type[BaseException], ...] = ()
 
-    def __init__(
-        self,
-        url: str,
-        timeout: float | None,
-        concurrency: int,
-        headers: dict[str, str] | None = None,
-        tls: TLS | None = None,
-    ) -> None:
-        self._headers = dict(headers) if headers else None
-        self._tls = tls
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         import tritonclient.grpc as module
         import tritonclient.grpc.aio as aio
 
         self._module = module
         self._aio = aio
-        self._url = url
         self._client: Any = None
 
     def _get(self) -> Any:
@@ -300,21 +292,13 @@ class AsyncGrpcTransport:
             await client.close()
 
 
-class AsyncHttpTransport:
+class AsyncHttpTransport(_Transport):
     """tritonclient.http.aio (aiohttp); the session is made on first use, inside the loop.
     Time limits are asyncio's, so each request gets its own (deadline-aware) limit."""
 
-    def __init__(
-        self,
-        url: str,
-        timeout: float | None,
-        concurrency: int,
-        headers: dict[str, str] | None = None,
-        tls: TLS | None = None,
-    ) -> None:
-        self._headers = dict(headers) if headers else None
-        self._tls = tls
-        if tls is not None and tls.server_name is not None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self._tls is not None and self._tls.server_name is not None:
             raise ValueError("TLS server_name is not supported by the asyncio HTTP client; use gRPC or Translator")
         import aiohttp
         import tritonclient.http as module
@@ -322,9 +306,6 @@ class AsyncHttpTransport:
 
         self._module = module
         self._aio = aio
-        self._url = url
-        self._timeout = timeout
-        self._concurrency = concurrency
         # ServerDisconnectedError, ClientOSError (refused, reset) and a body cut short.
         self.connection_errors: tuple[type[BaseException], ...] = (
             aiohttp.ClientConnectionError,
