@@ -251,6 +251,15 @@ class _Common:
                 replica.inflight += 1
             return replica, probe
 
+    def _release(self, replica: Replica) -> None:
+        """A request chosen for ``replica`` that was never answered (a failed probe, a cancel)."""
+        with self._pool.lock:
+            replica.inflight -= 1
+
+    def _by_health(self) -> list[Replica]:
+        """The live replicas, those in service first (for calls that take the first answer)."""
+        return sorted(self.replicas, key=lambda r: not r.up)
+
     def _finished(self, replica: Replica, error: TranslationError | None) -> None:
         with self._pool.lock:
             replica.inflight -= 1
@@ -328,10 +337,6 @@ class ReplicaTransport(_Common):
             self._finished(replica, None)
             return result
 
-    def _release(self, replica: Replica) -> None:
-        with self._pool.lock:
-            replica.inflight -= 1
-
     def _probe(self, replica: Replica, model: str) -> bool:
         try:
             ok = replica.transport.probe(model, C.PROBE_TIMEOUT) == (True, True)
@@ -365,7 +370,7 @@ class ReplicaTransport(_Common):
         """The model's configuration from the first replica that answers (in replicas first)."""
         self._refresh()
         error: BaseException | None = None
-        for replica in sorted(self.replicas, key=lambda r: not r.up):
+        for replica in self._by_health():
             try:
                 return dict(replica.transport.config(model, timeout))
             except Exception as exc:
@@ -425,15 +430,13 @@ class AsyncReplicaTransport(_Common):
                 raise last
             tried.add(replica)
             if probe and not await self._probe(replica, model):
-                with self._pool.lock:
-                    replica.inflight -= 1
+                self._release(replica)
                 last = ServerUnavailableError(f"the server at {replica.endpoint} is not ready")
                 continue
             try:
                 result = await replica.transport.infer(model, request, timeout)
             except asyncio.CancelledError:
-                with self._pool.lock:
-                    replica.inflight -= 1
+                self._release(replica)
                 raise
             except Exception as exc:
                 error = failover_error(exc, replica, self.connection_errors)
@@ -476,7 +479,7 @@ class AsyncReplicaTransport(_Common):
     async def config(self, model: str, timeout: float | None) -> dict[str, Any]:
         await self._refresh()
         error: BaseException | None = None
-        for replica in sorted(self.replicas, key=lambda r: not r.up):
+        for replica in self._by_health():
             try:
                 return dict(await replica.transport.config(model, timeout))
             except Exception as exc:
