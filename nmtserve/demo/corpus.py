@@ -510,19 +510,40 @@ def render_cardinal(n: int, imperative: bool) -> tuple[str, str]:
     return f"the number {en_cardinal(n)}", f"le nombre {fr_cardinal(n)}"
 
 
-def render_score(a: int, b: int) -> tuple[str, str]:
-    """("The score is three to zero.", "Le score est de trois à zéro.")."""
-    return f"The score is {en_cardinal(a)} to {en_cardinal(b)}.", f"Le score est de {fr_cardinal(a)} à {fr_cardinal(b)}."
+# Frames of a score sentence: (English, French) with "{a}" and "{b}" for the two numbers.
+SCORE_FRAMES: tuple[tuple[str, str], ...] = (
+    ("The score is {a} to {b}.", "Le score est de {a} à {b}."),
+    ("The final score was {a} to {b}.", "Le score final était de {a} à {b}."),
+    ("The match ended {a} to {b}.", "Le match s'est terminé sur le score de {a} à {b}."),
+    ("The result was {a} to {b}.", "Le résultat était de {a} à {b}."),
+    ("They lost {a} to {b}.", "Ils ont perdu {a} à {b}."),
+)
 
 
-# Share of cardinal draws that are a score of two numbers 0..20. "zero" occurs nowhere else
-# (two sentences in all: the held-out sets took them and the previous model wrote "trente").
-SCORE_SHARE = 0.2
+def render_score(a: int, b: int, frame: int = 0) -> tuple[str, str]:
+    """("The score is three to zero.", "Le score est de trois à zéro.") for ``SCORE_FRAMES[frame]``."""
+    en, fr = SCORE_FRAMES[frame]
+    return en.format(a=en_cardinal(a), b=en_cardinal(b)), fr.format(a=fr_cardinal(a), b=fr_cardinal(b))
+
+
+# Share of cardinal draws that are a score. "zero" occurs nowhere else but in "the number
+# zero", two sentences in all, so the score sentences must carry it: each side is zero a
+# SCORE_ZERO_SHARE of the time, and the sentence space (5 frames x 100 x 100; 995 of them hold a zero) is large enough
+# that the held-out sets cannot take most of it. (With 0..20 and one frame there were 441
+# sentences: the training split kept about 400 of 400k pairs, and the model garbled scores.)
+SCORE_SHARE = 0.25
+SCORE_ZERO_SHARE = 0.2
+
+
+def _score_side(rng: random.Random) -> int:
+    if rng.random() < SCORE_ZERO_SHARE:
+        return 0
+    return rng.randint(1, 20) if rng.random() < 0.6 else rng.randint(21, 99)
 
 
 def _gen_cardinal(rng: random.Random) -> tuple[str, str]:
     if rng.random() < SCORE_SHARE:
-        return render_score(rng.randint(0, 20), rng.randint(0, 20))
+        return render_score(_score_side(rng), _score_side(rng), rng.randrange(len(SCORE_FRAMES)))
     n = sample_number(rng)
     return render_cardinal(n, imperative=rng.random() >= 0.7)
 
