@@ -146,6 +146,25 @@ def test_bad_options_fail_before_any_request(options: dict) -> None:
             translator.translate(["a"], **options)
 
 
+def test_an_unknown_keyword_is_a_type_error_naming_it_in_both_shells() -> None:
+    # The keywords are TranslateArgs / DocumentArgs, taken as **args: a misspelt one must still
+    # fail the way a missing named parameter does, before anything is sent.
+    with Translator("127.0.0.1:1") as translator:
+        with pytest.raises(TypeError, match="translate\\(\\) got an unexpected keyword argument 'beam'"):
+            translator.translate(["a"], beam=4)  # type: ignore[call-arg]
+        with pytest.raises(TypeError, match="'num_hypotheses'"):
+            translator.translate_document("a", num_hypotheses=2)  # type: ignore[call-arg]
+
+    async def run() -> None:
+        async with AsyncTranslator("127.0.0.1:1") as translator:
+            with pytest.raises(TypeError, match="'on_errors'"):
+                await translator.translate("a", on_errors="return")  # type: ignore[call-arg]
+            with pytest.raises(TypeError, match="'on_error'"):
+                await translator.translate_document("a", on_error="return")  # type: ignore[call-arg]
+
+    asyncio.run(run())
+
+
 # --------------------------------------------------------------------------------------------
 # Error mapping and retries (no server)
 

@@ -6,6 +6,7 @@ the session's demo server and check every answer against the PyTorch reference d
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import ssl
 import threading
@@ -15,7 +16,14 @@ import pytest
 
 from nmtserve.client import TLS, Translator
 from nmtserve.client._base import parse_targets
-from nmtserve.client._replicas import DnsName, ReplicaPool, parse_dns, resolve
+from nmtserve.client._replicas import (
+    AsyncReplicaTransport,
+    DnsName,
+    ReplicaPool,
+    ReplicaTransport,
+    parse_dns,
+    resolve,
+)
 from nmtserve.client.errors import ServerUnavailableError
 
 # -- addresses
@@ -99,6 +107,91 @@ def test_dns_changes_add_and_retire_replicas():
     assert [r.address for r in retired] == ["a:1"] and retired[0].retired
     assert [r.address for r in pool.replicas] == ["b:1", "c:1"]
     assert pool.set_addresses([]) == [] and len(pool.replicas) == 2  # a failed lookup keeps them
+
+
+# -- the operations (plans) over scripted per-replica transports, in both shells
+
+
+class _Scripted:
+    """A per-replica transport whose answers the test sets: ``fail`` raises, ``hang`` never answers."""
+
+    connection_errors = (ConnectionRefusedError,)
+
+    def __init__(self, address: str) -> None:
+        self.address, self.fail, self.hang, self.calls, self.closed = address, None, False, 0, False
+
+    def _answer(self) -> str:
+        self.calls += 1
+        if self.fail is not None:
+            raise self.fail
+        return f"answer of {self.address}"
+
+    def infer(self, model, request, timeout):
+        return self._answer()
+
+    def probe(self, model, timeout):
+        return (self.fail is None, self.fail is None)
+
+    def close(self):
+        self.closed = True
+
+
+class _AsyncScripted(_Scripted):
+    async def infer(self, model, request, timeout):
+        while self.hang:
+            await asyncio.sleep(0.01)
+        return self._answer()
+
+    async def probe(self, model, timeout):
+        return super().probe(model, timeout)
+
+    async def close(self):
+        self.closed = True
+
+
+def _scripted(transport_class, replica_class):
+    made: dict[str, _Scripted] = {}
+
+    def make(address: str) -> _Scripted:
+        made[address] = transport_class(address)
+        return made[address]
+
+    return replica_class(["a:1", "b:1"], "grpc", make), made
+
+
+def test_a_refused_request_fails_over_at_once_and_its_replica_is_out_blocking():
+    transport, made = _scripted(_Scripted, ReplicaTransport)
+    made["a:1"].fail = ConnectionRefusedError("refused")
+    answers = {transport.infer("m", None, 1.0) for _ in range(4)}
+    assert answers == {"answer of b:1"}
+    a, b = transport.replicas
+    assert not a.up and b.up and a.inflight == b.inflight == 0
+    assert made["a:1"].calls == 1  # out after one refusal: later requests skip it
+    made["b:1"].fail = ValueError("a bug, not an outage")
+    with pytest.raises(ValueError):
+        transport.infer("m", None, 1.0)  # not a replica failure: no failover, raised as it is
+    transport.close()
+    assert made["a:1"].closed and made["b:1"].closed
+
+
+def test_a_refused_request_fails_over_and_a_cancelled_one_frees_its_replica_asyncio():
+    async def run() -> None:
+        transport, made = _scripted(_AsyncScripted, AsyncReplicaTransport)
+        made["a:1"].fail = ConnectionRefusedError("refused")
+        assert {await transport.infer("m", None, 1.0) for _ in range(3)} == {"answer of b:1"}
+        assert await transport.probe("m", 1.0) == (True, True)
+        made["b:1"].hang = True
+        task = asyncio.create_task(transport.infer("m", None, 1.0))
+        await asyncio.sleep(0.05)
+        assert sum(r.inflight for r in transport.replicas) == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert sum(r.inflight for r in transport.replicas) == 0
+        await transport.close()
+        assert made["a:1"].closed and made["b:1"].closed
+
+    asyncio.run(run())
 
 
 # -- real servers

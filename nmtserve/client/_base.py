@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from . import _constants as C
 from ._batching import Chunk, Job
-from ._protocol import Options, Request, Translation, encode_document_request
+from ._protocol import (
+    DocumentArgs,
+    Options,
+    TranslateArgs,
+    Translation,
+    decode_document_response,
+    decode_response,
+    encode_document_request,
+    encode_request,
+    options_from,
+)
 from ._replicas import DEFAULT_RESOLVE_INTERVAL, DnsName, parse_dns
 from ._retry import Attempts, Deadline, RetryPolicy, map_exception
 from ._transports import TLS
@@ -45,7 +57,9 @@ def normalize_url(url: str | None, protocol: str) -> str:
     return f"{url}:{C.DEFAULT_PORTS[protocol]}" if host_only else url
 
 
-def parse_targets(url: str | Sequence[str] | None, protocol: str) -> tuple[list[str | DnsName], bool]:
+def parse_targets(
+    url: str | Sequence[str] | None, protocol: str
+) -> tuple[list[str | DnsName], bool]:
     """The servers a client talks to, and whether a URL asked for TLS.
 
     ``url``: one address, several separated by commas, or a list; each is host:port (a scheme
@@ -82,8 +96,69 @@ def _positive_seconds(name: str, value: float | None) -> float | None:
     return value
 
 
-class BaseTranslator:
-    """Arguments and everything that is not I/O (see Translator for the parameters)."""
+# What translate_batches returns: an Iterator (Translator) or an AsyncIterator (AsyncTranslator).
+Batches = TypeVar("Batches")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One request and its retry state: a shell runs ``send(timeout)`` until it returns (waiting
+    ``attempts.failed(error)`` seconds after each failure; it raises when the failure is final or
+    the retries are spent), then gives its result to ``decode``. The one place a shell blocks
+    or awaits."""
+
+    attempts: Attempts
+    send: Callable[[float | None], Any]  # the transport's result, or an awaitable of it
+    decode: Callable[[Any], Any]
+
+
+# A request in flight: a Future (Translator) or an asyncio Task (AsyncTranslator).
+Handle = TypeVar("Handle", bound=Any)
+
+
+class Flight(Generic[Handle]):
+    """A job's requests in flight: which chunk to start, when the call is done, what an answer
+    completes. The shells start the requests (worker threads or tasks) and wait for them."""
+
+    def __init__(self, job: Job, concurrency: int, deadline: Deadline) -> None:
+        self.job, self.concurrency, self.deadline = job, concurrency, deadline
+        self.handles: dict[Handle, Chunk] = {}
+
+    def chunks_to_start(self) -> Iterator[Chunk]:
+        """The next chunks, while fewer than ``concurrency`` requests are in flight."""
+        while len(self.handles) < self.concurrency:
+            chunk = self.job.next_chunk()
+            if chunk is None:
+                return
+            yield chunk
+
+    def start(self, handle: Handle, chunk: Chunk) -> None:
+        self.handles[handle] = chunk
+
+    @property
+    def idle(self) -> bool:
+        """Nothing in flight and nothing left to send."""
+        return not self.handles and self.job.all_planned
+
+    def settle(self, finished: Collection[Handle]) -> None:
+        """Record what finished; nothing finished means the wait ran into the call's deadline."""
+        if not finished:
+            raise self.deadline.error(self.job.emitted, self.job.seen)
+        for handle in finished:
+            self.job.complete(self.handles.pop(handle), handle.result())
+
+
+class BaseTranslator(Generic[Batches]):
+    """Arguments and everything that is not I/O (see Translator for the parameters).
+
+    The shells (``_sync.Translator``, ``_async.AsyncTranslator``) add the I/O: ``_open`` (the
+    transport and the limit on requests in flight), ``_run`` (keeps a job's requests in flight),
+    ``_perform`` (runs a Call) and the public methods, whose keyword arguments are
+    ``TranslateArgs`` / ``DocumentArgs``.
+    """
+
+    _transport: Any
+    _closed = False
 
     def __init__(
         self,
@@ -116,7 +191,9 @@ class BaseTranslator:
         if tls is not None and tls is not False and not isinstance(tls, TLS):
             raise ValueError(f"tls must be a TLS(...), True or None, got {tls!r}")
         self.tls: TLS | None = tls or None
-        self.resolve_interval = _positive_seconds("resolve_interval", resolve_interval) or DEFAULT_RESOLVE_INTERVAL
+        self.resolve_interval = (
+            _positive_seconds("resolve_interval", resolve_interval) or DEFAULT_RESOLVE_INTERVAL
+        )
         self.model = model
         self.timeout = _positive_seconds("timeout", timeout)
         self.deadline = _positive_seconds("deadline", deadline)
@@ -128,7 +205,9 @@ class BaseTranslator:
         )
         self.concurrency = _positive_int("concurrency", concurrency)
         self.retry_policy = RetryPolicy(max_retries=max_retries)
-        if headers is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+        if headers is not None and not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+        ):
             raise ValueError("headers must map header names to string values")
         # Sent with every request and health check (e.g. an auth token for a gateway in front).
         self.headers = dict(headers) if headers else None
@@ -148,7 +227,11 @@ class BaseTranslator:
 
         if len(self.targets) == 1 and isinstance(self.targets[0], str):
             return one(self.targets[0])
-        extra = {"per_request_timeout": cls.per_request_timeout} if hasattr(cls, "per_request_timeout") else {}
+        extra = (
+            {"per_request_timeout": cls.per_request_timeout}
+            if hasattr(cls, "per_request_timeout")
+            else {}
+        )
         return replicas(self.targets, self.protocol, one, self.resolve_interval, **extra)
 
     @property
@@ -191,8 +274,58 @@ class BaseTranslator:
         """The server's document model beside ``model``: "translate" -> "translate_document"."""
         return self.model + C.DOCUMENT_MODEL_SUFFIX
 
-    def _document_request(self, text: str, fmt: str, options: Options) -> tuple[Request, Deadline]:
-        return encode_document_request(text, fmt, options), Deadline(self.deadline)
+    def translate_batches(
+        self, texts: str | Iterable[str], options: Options, on_error: str = "raise"
+    ) -> Batches:
+        """Like translate_iter, but a list each time the in-order prefix grows (a streaming writer
+        flushes each at once, as ``nmtserve translate`` does); ``options`` is an
+        ``nmtserve.client.Options`` (decoding options, checked when it is made). A Translator
+        returns an iterator, an AsyncTranslator an async one."""
+        self._check_open()
+        job, deadline = self._start(texts, options, on_error)
+        return self._run(job, options, deadline)
+
+    def _run(self, job: Job, options: Options, deadline: Deadline) -> Batches:
+        raise NotImplementedError
+
+    def _batches(self, texts: str | Iterable[str], args: TranslateArgs) -> Batches:
+        """translate_batches for translate / translate_iter's keyword arguments."""
+        options = options_from("translate", args, TranslateArgs)
+        return self.translate_batches(texts, options, args.get("on_error", "raise"))
+
+    def _request_call(self, chunk: Chunk, options: Options, deadline: Deadline) -> Call:
+        request = encode_request(chunk.texts, options)
+        transport, model = self._transport, self.model
+        return Call(
+            self._attempts(deadline, chunk, transport),
+            lambda timeout: transport.infer(model, request, timeout),
+            lambda result: decode_response(result, len(chunk), options),
+        )
+
+    def _document_call(self, text: str, fmt: str, args: DocumentArgs) -> Call:
+        self._check_open()
+        request = encode_document_request(
+            text, fmt, options_from("translate_document", args, DocumentArgs)
+        )
+        transport, model = self._transport, self.document_model
+        return Call(
+            self._attempts(Deadline(self.deadline), None, transport),
+            lambda timeout: transport.infer(model, request, timeout),
+            lambda result: decode_document_response(result)[0],
+        )
+
+    def _pairs_call(self) -> Call:
+        self._check_open()
+        transport, model = self._transport, self.model
+        return Call(
+            self._attempts(Deadline(self.deadline), None, transport),
+            lambda timeout: transport.config(model, timeout),
+            self._pairs_from,
+        )
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} is closed")
 
     def _attempts(self, deadline: Deadline, chunk: Chunk | None, transport: object) -> Attempts:
         return Attempts(

@@ -8,10 +8,10 @@ a parameter here, not a reason for a second copy.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from . import _constants as C
 from .errors import InvalidInputError, ServerError, TranslationError
 
 # ---- what a translation call returns
+
 
 @dataclass(frozen=True, slots=True)
 class Hypothesis:
@@ -54,7 +55,6 @@ class Translation:
 
     def __str__(self) -> str:
         return self.text
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +99,35 @@ class Options:
         return self.num_hypotheses > 1
 
 
+class DocumentArgs(TypedDict, total=False):
+    """The keyword arguments of ``translate_document``: Options fields, None for the server's
+    default (written once here; both shells take them as ``**args: Unpack[DocumentArgs]``)."""
+
+    beam_size: int | None
+    max_length: int | None
+    length_penalty: float | None
+    source_lang: str | None
+    target_lang: str | None
+
+
+class TranslateArgs(DocumentArgs, total=False):
+    """The keyword arguments of ``translate`` and ``translate_iter``: DocumentArgs, the n-best
+    size and what a rejected sentence does (``on_error``: "raise" or "return")."""
+
+    num_hypotheses: int
+    on_error: str
+
+
+def options_from(method: str, args: Mapping[str, Any], accepted: type) -> Options:
+    """The Options of a call's keyword arguments; an unknown one is a TypeError, as Python
+    raises for a named parameter the method does not have."""
+    keys: frozenset[str] = accepted.__optional_keys__  # type: ignore[attr-defined]
+    for name in args:
+        if name not in keys:
+            raise TypeError(f"{method}() got an unexpected keyword argument {name!r}")
+    return Options(**{k: v for k, v in args.items() if k != "on_error"})
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
@@ -127,7 +156,10 @@ def encode_request(texts: Sequence[bytes], options: Options) -> Request:
         if value is not None:
             datatype = "INT32" if dtype is np.int32 else "FP32"
             inputs.append((name, np.array([value], dtype=dtype), datatype))
-    for name, code in ((C.INPUT_SOURCE_LANG, options.source_lang), (C.INPUT_TARGET_LANG, options.target_lang)):
+    for name, code in (
+        (C.INPUT_SOURCE_LANG, options.source_lang),
+        (C.INPUT_TARGET_LANG, options.target_lang),
+    ):
         if code is not None:
             inputs.append((name, np.array([code.strip().encode()], dtype=np.object_), "BYTES"))
     outputs = [C.OUTPUT_TRANSLATION, C.OUTPUT_SCORE]
@@ -141,12 +173,18 @@ def encode_document_request(text: str, fmt: str, options: Options) -> Request:
     if not isinstance(text, str):
         raise InvalidInputError(f"a document must be a str, got {type(text).__name__}")
     if fmt not in C.DOCUMENT_FORMATS:
-        raise InvalidInputError(f"format must be one of {', '.join(C.DOCUMENT_FORMATS)}, got {fmt!r}")
+        raise InvalidInputError(
+            f"format must be one of {', '.join(C.DOCUMENT_FORMATS)}, got {fmt!r}"
+        )
     if options.nbest:
         raise InvalidInputError("num_hypotheses > 1 is not available for documents")
     sentence = encode_request([b""], options)
     inputs = [
-        (C.INPUT_DOCUMENT, np.array([text.encode("utf-8", "surrogatepass")], dtype=np.object_), "BYTES"),
+        (
+            C.INPUT_DOCUMENT,
+            np.array([text.encode("utf-8", "surrogatepass")], dtype=np.object_),
+            "BYTES",
+        ),
         (C.INPUT_FORMAT, np.array([fmt.encode()], dtype=np.object_), "BYTES"),
         *sentence.inputs[1:],  # the options, encoded as for sentences
     ]

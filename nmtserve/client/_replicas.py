@@ -11,8 +11,10 @@ UNAVAILABLE, a server draining) takes that replica out and goes at once to anoth
 translation is idempotent, so re-sending in-flight work is safe. A replica that is out is
 probed (server and model ready) after a back-off (0.5 s, doubling to 10 s) and put back when it
 answers. Only when every replica is out does the failure reach the retry policy, which waits
-and tries again. The pool's bookkeeping (``ReplicaPool``) is shared; ``ReplicaTransport`` and
-``AsyncReplicaTransport`` do the I/O with the per-replica transports of ``_transports``.
+and tries again. The pool's bookkeeping (``ReplicaPool``) and every operation (failover,
+probing, configuration, closing: each a *plan*, a generator of the transport calls it needs)
+are written once; ``ReplicaTransport`` runs the plans' calls blocking and
+``AsyncReplicaTransport`` awaits them, over the per-replica transports of ``_transports``.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from . import _constants as C
 from ._protocol import Request
@@ -188,6 +191,46 @@ def failover_error(
     return None
 
 
+# A plan is one transport operation written once for both shells: a generator that yields each
+# call it needs (a callable of no arguments) and is sent the call's result, or has the call's
+# exception thrown into it. ``run_plan`` makes the calls blocking, ``run_plan_async`` awaits them.
+Step = Callable[[], Any]
+T = TypeVar("T")
+Plan = Generator[Step, Any, T]
+
+
+def _advance(plan: Plan[T], value: Any, error: BaseException | None) -> tuple[bool, Any]:
+    """Give a plan a step's outcome: (True, the plan's result) when it returns, else (False,
+    its next step)."""
+    try:
+        return False, plan.throw(error) if error is not None else plan.send(value)
+    except StopIteration as stop:
+        return True, stop.value
+
+
+def run_plan(plan: Plan[T]) -> T:
+    done, item = _advance(plan, None, None)
+    while not done:
+        try:
+            value, error = item(), None
+        except BaseException as exc:  # thrown into the plan, which re-raises what it does not handle
+            value, error = None, exc
+        done, item = _advance(plan, value, error)
+    return item
+
+
+async def run_plan_async(plan: Plan[T]) -> T:
+    done, item = _advance(plan, None, None)
+    while not done:
+        outcome: tuple[Any, BaseException | None]
+        try:
+            outcome = (await item(), None)
+        except BaseException as exc:  # cancellation included: the plan releases its replica
+            outcome = (None, exc)
+        done, item = _advance(plan, *outcome)
+    return item
+
+
 class _Common:
     """What the blocking and asyncio transports share: targets, pool, resolution, accounting."""
 
@@ -196,7 +239,8 @@ class _Common:
         targets: Sequence[str | DnsName],
         protocol: str,
         make_transport: Callable[[str], Any],
-        resolve_interval: float,
+        resolve_interval: float = DEFAULT_RESOLVE_INTERVAL,
+        per_request_timeout: bool = True,
     ) -> None:
         if not targets:
             raise ValueError("no server address given")
@@ -210,6 +254,11 @@ class _Common:
             self._pool.set_addresses(self._static)
             self._resolved_at = float("inf")
         self.name = ", ".join(str(t) for t in targets)
+        # Whether each call takes its own time limit: the per-replica transports' rule.
+        self.per_request_timeout = per_request_timeout
+        # One resolution at a time: the blocking shell's lock, the asyncio shell's pending one.
+        self._resolve_lock = threading.Lock()
+        self._resolving: asyncio.Future[None] | None = None
 
     @property
     def connection_errors(self) -> tuple[type[BaseException], ...]:
@@ -279,21 +328,103 @@ class _Common:
                 )
 
 
+    # -- the operations, as plans (see run_plan); the shells' _execute runs them
+
+    def _execute(self, plan: Plan[Any], refresh: bool = True) -> Any:
+        """Run a plan (blocking, or as a coroutine), re-resolving DNS names first when due."""
+        raise NotImplementedError
+
+    def infer(self, model: str, request: Request, timeout: float | None) -> Any:
+        """The request on the replica with the fewest in flight; on one that is out, on another."""
+        return self._execute(self._infer_plan(model, request, timeout))
+
+    def probe(self, model: str, timeout: float | None) -> Any:
+        """Probe every replica (putting back those that answer); ready when any one is."""
+        return self._execute(self._probe_plan(model, timeout))
+
+    def config(self, model: str, timeout: float | None) -> Any:
+        """The model's configuration from the first replica that answers (in replicas first)."""
+        return self._execute(self._config_plan(model, timeout))
+
+    def close(self) -> Any:
+        return self._execute(self._close_plan(), refresh=False)
+
+    def _infer_plan(self, model: str, request: Request, timeout: float | None) -> Plan[Any]:
+        tried: set[Replica] = set()
+        last: TranslationError | None = None
+        while True:
+            replica, probe = self._choose(tried)
+            if replica is None:
+                assert last is not None
+                raise last
+            tried.add(replica)
+            if probe and not (yield from self._health_plan(replica, model)):
+                self._release(replica)
+                last = ServerUnavailableError(f"the server at {replica.endpoint} is not ready")
+                continue
+            try:
+                result = yield partial(replica.transport.infer, model, request, timeout)
+            except Exception as exc:
+                error = failover_error(exc, replica, self.connection_errors)
+                self._finished(replica, error)
+                if error is None:
+                    raise
+                last = error
+                continue
+            except BaseException:  # cancelled or interrupted: never answered
+                self._release(replica)
+                raise
+            self._finished(replica, None)
+            return result
+
+    def _health_plan(self, replica: Replica, model: str) -> Plan[bool]:
+        """One replica's health check before it gets a request again."""
+        try:
+            ok = (yield partial(replica.transport.probe, model, C.PROBE_TIMEOUT)) == (True, True)
+            error = None
+        except Exception as exc:
+            ok, error = False, map_exception(exc, endpoint=replica.endpoint, connection_errors=self.connection_errors)
+        self._probe_done(replica, ok, error)
+        return ok
+
+    def _probe_plan(self, model: str, timeout: float | None) -> Plan[tuple[bool, bool]]:
+        server_ready = False
+        first_error: BaseException | None = None
+        for replica in self.replicas:
+            try:
+                server, ready = yield partial(replica.transport.probe, model, timeout)
+            except Exception as exc:
+                first_error = first_error or exc
+                self._probe_done(replica, False, None)
+                continue
+            self._probe_done(replica, ready, None)
+            if ready:
+                return True, True
+            server_ready = server_ready or server
+        if not server_ready and first_error is not None:
+            raise first_error
+        return server_ready, False
+
+    def _config_plan(self, model: str, timeout: float | None) -> Plan[dict[str, Any]]:
+        error: BaseException | None = None
+        for replica in self._by_health():
+            try:
+                return dict((yield partial(replica.transport.config, model, timeout)))
+            except Exception as exc:
+                error = error or exc
+        assert error is not None
+        raise error
+
+    def _close_plan(self) -> Plan[None]:
+        with self._pool.lock:
+            replicas, self._pool.replicas = self._pool.replicas + self._retired, []
+            self._retired = []
+        for replica in replicas:
+            yield replica.transport.close
+
+
 class ReplicaTransport(_Common):
     """The blocking transport over several replicas (same interface as GrpcTransport)."""
-
-    def __init__(
-        self,
-        targets: Sequence[str | DnsName],
-        protocol: str,
-        make_transport: Callable[[str], Any],
-        resolve_interval: float = DEFAULT_RESOLVE_INTERVAL,
-        per_request_timeout: bool = True,
-    ) -> None:
-        super().__init__(targets, protocol, make_transport, resolve_interval)
-        self._resolve_lock = threading.Lock()
-        # Whether each call takes its own time limit: the per-replica transports' rule.
-        self.per_request_timeout = per_request_timeout
 
     def _refresh(self) -> None:
         now = time.monotonic()
@@ -311,93 +442,14 @@ class ReplicaTransport(_Common):
         finally:
             self._resolve_lock.release()
 
-    def infer(self, model: str, request: Request, timeout: float | None) -> Any:
-        self._refresh()
-        tried: set[Replica] = set()
-        last: TranslationError | None = None
-        while True:
-            replica, probe = self._choose(tried)
-            if replica is None:
-                assert last is not None
-                raise last
-            tried.add(replica)
-            if probe and not self._probe(replica, model):
-                self._release(replica)
-                last = ServerUnavailableError(f"the server at {replica.endpoint} is not ready")
-                continue
-            try:
-                result = replica.transport.infer(model, request, timeout)
-            except Exception as exc:
-                error = failover_error(exc, replica, self.connection_errors)
-                self._finished(replica, error)
-                if error is None:
-                    raise
-                last = error
-                continue
-            self._finished(replica, None)
-            return result
-
-    def _probe(self, replica: Replica, model: str) -> bool:
-        try:
-            ok = replica.transport.probe(model, C.PROBE_TIMEOUT) == (True, True)
-            error = None
-        except Exception as exc:
-            ok, error = False, map_exception(exc, endpoint=replica.endpoint, connection_errors=self.connection_errors)
-        self._probe_done(replica, ok, error)
-        return ok
-
-    def probe(self, model: str, timeout: float | None) -> tuple[bool, bool]:
-        """Probe every replica (putting back those that answer); ready when any one is."""
-        self._refresh()
-        server_ready = False
-        first_error: BaseException | None = None
-        for replica in self.replicas:
-            try:
-                server, ready = replica.transport.probe(model, timeout)
-            except Exception as exc:
-                first_error = first_error or exc
-                self._probe_done(replica, False, None)
-                continue
-            self._probe_done(replica, ready, None)
-            if ready:
-                return True, True
-            server_ready = server_ready or server
-        if not server_ready and first_error is not None:
-            raise first_error
-        return server_ready, False
-
-    def config(self, model: str, timeout: float | None) -> dict[str, Any]:
-        """The model's configuration from the first replica that answers (in replicas first)."""
-        self._refresh()
-        error: BaseException | None = None
-        for replica in self._by_health():
-            try:
-                return dict(replica.transport.config(model, timeout))
-            except Exception as exc:
-                error = error or exc
-        assert error is not None
-        raise error
-
-    def close(self) -> None:
-        with self._pool.lock:
-            replicas, self._pool.replicas = self._pool.replicas + self._retired, []
-            self._retired = []
-        for replica in replicas:
-            replica.transport.close()
+    def _execute(self, plan: Plan[Any], refresh: bool = True) -> Any:
+        if refresh:
+            self._refresh()
+        return run_plan(plan)
 
 
 class AsyncReplicaTransport(_Common):
     """The asyncio transport over several replicas (same interface as AsyncGrpcTransport)."""
-
-    def __init__(
-        self,
-        targets: Sequence[str | DnsName],
-        protocol: str,
-        make_transport: Callable[[str], Any],
-        resolve_interval: float = DEFAULT_RESOLVE_INTERVAL,
-    ) -> None:
-        super().__init__(targets, protocol, make_transport, resolve_interval)
-        self._resolving: asyncio.Future[None] | None = None
 
     async def _refresh(self) -> None:
         now = time.monotonic()
@@ -419,77 +471,7 @@ class AsyncReplicaTransport(_Common):
             done, self._resolving = self._resolving, None
             done.set_result(None)
 
-    async def infer(self, model: str, request: Request, timeout: float | None) -> Any:
-        await self._refresh()
-        tried: set[Replica] = set()
-        last: TranslationError | None = None
-        while True:
-            replica, probe = self._choose(tried)
-            if replica is None:
-                assert last is not None
-                raise last
-            tried.add(replica)
-            if probe and not await self._probe(replica, model):
-                self._release(replica)
-                last = ServerUnavailableError(f"the server at {replica.endpoint} is not ready")
-                continue
-            try:
-                result = await replica.transport.infer(model, request, timeout)
-            except asyncio.CancelledError:
-                self._release(replica)
-                raise
-            except Exception as exc:
-                error = failover_error(exc, replica, self.connection_errors)
-                self._finished(replica, error)
-                if error is None:
-                    raise
-                last = error
-                continue
-            self._finished(replica, None)
-            return result
-
-    async def _probe(self, replica: Replica, model: str) -> bool:
-        try:
-            ok = await replica.transport.probe(model, C.PROBE_TIMEOUT) == (True, True)
-            error = None
-        except Exception as exc:
-            ok, error = False, map_exception(exc, endpoint=replica.endpoint, connection_errors=self.connection_errors)
-        self._probe_done(replica, ok, error)
-        return ok
-
-    async def probe(self, model: str, timeout: float | None) -> tuple[bool, bool]:
-        await self._refresh()
-        server_ready = False
-        first_error: BaseException | None = None
-        for replica in self.replicas:
-            try:
-                server, ready = await replica.transport.probe(model, timeout)
-            except Exception as exc:
-                first_error = first_error or exc
-                self._probe_done(replica, False, None)
-                continue
-            self._probe_done(replica, ready, None)
-            if ready:
-                return True, True
-            server_ready = server_ready or server
-        if not server_ready and first_error is not None:
-            raise first_error
-        return server_ready, False
-
-    async def config(self, model: str, timeout: float | None) -> dict[str, Any]:
-        await self._refresh()
-        error: BaseException | None = None
-        for replica in self._by_health():
-            try:
-                return dict(await replica.transport.config(model, timeout))
-            except Exception as exc:
-                error = error or exc
-        assert error is not None
-        raise error
-
-    async def close(self) -> None:
-        with self._pool.lock:
-            replicas, self._pool.replicas = self._pool.replicas + self._retired, []
-            self._retired = []
-        for replica in replicas:
-            await replica.transport.close()
+    async def _execute(self, plan: Plan[Any], refresh: bool = True) -> Any:
+        if refresh:
+            await self._refresh()
+        return await run_plan_async(plan)

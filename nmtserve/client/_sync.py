@@ -4,29 +4,25 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ThreadPoolExecutor, wait
 from contextlib import closing
-from types import TracebackType
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from . import _constants as C
-from ._base import BaseTranslator
+from ._base import BaseTranslator, Call, Flight
 from ._batching import Chunk, Job, failed_translation, isolate_rejected
-from ._protocol import (
-    Options,
-    Translation,
-    decode_document_response,
-    decode_response,
-    encode_request,
-)
+from ._protocol import DocumentArgs, Options, TranslateArgs, Translation
 from ._replicas import ReplicaTransport
 from ._retry import Deadline
 from ._transports import SYNC_TRANSPORTS
 from .errors import InvalidInputError
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack from Python 3.11
 
-class Translator(BaseTranslator):
+
+class Translator(BaseTranslator[Generator[list[Translation], None, None]]):
     """Translate text with a Triton server that serves the nmtserve contract.
 
     Parameters:
@@ -69,163 +65,84 @@ class Translator(BaseTranslator):
         self._transport: Any = self._make_transport(SYNC_TRANSPORTS, ReplicaTransport)
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
-        self._closed = False
 
     # -- translating
 
     @overload
-    def translate(
-        self,
-        texts: str,
-        *,
-        beam_size: int | None = ...,
-        max_length: int | None = ...,
-        length_penalty: float | None = ...,
-        num_hypotheses: int = ...,
-        source_lang: str | None = ...,
-        target_lang: str | None = ...,
-        on_error: str = ...,
-    ) -> Translation: ...
+    def translate(self, texts: str, **args: Unpack[TranslateArgs]) -> Translation: ...  # type: ignore[overload-overlap]
 
     @overload
     def translate(
-        self,
-        texts: Iterable[str],
-        *,
-        beam_size: int | None = ...,
-        max_length: int | None = ...,
-        length_penalty: float | None = ...,
-        num_hypotheses: int = ...,
-        source_lang: str | None = ...,
-        target_lang: str | None = ...,
-        on_error: str = ...,
+        self, texts: Iterable[str], **args: Unpack[TranslateArgs]
     ) -> list[Translation]: ...
 
     def translate(
-        self,
-        texts: str | Iterable[str],
-        *,
-        beam_size: int | None = None,
-        max_length: int | None = None,
-        length_penalty: float | None = None,
-        num_hypotheses: int = 1,
-        source_lang: str | None = None,
-        target_lang: str | None = None,
-        on_error: str = "raise",
+        self, texts: str | Iterable[str], **args: Unpack[TranslateArgs]
     ) -> Translation | list[Translation]:
         """Translate one sentence (a str) or many (an iterable of str).
 
-        Decoding options left at None take the server's defaults. ``num_hypotheses`` > 1 fills
-        each result's ``hypotheses`` with the n-best list. Raises a TranslationError subclass
-        (see ``nmtserve.client.errors``) unless every sentence got its translation.
+        Keyword arguments (``TranslateArgs``): ``beam_size``, ``max_length``,
+        ``length_penalty`` (None or left out: the server's defaults), ``num_hypotheses`` (> 1
+        fills each result's ``hypotheses`` with the n-best list), ``source_lang`` /
+        ``target_lang`` (a server of several language pairs), ``on_error`` ("raise" or
+        "return", see the class). Raises a TranslationError subclass (see
+        ``nmtserve.client.errors``) unless every sentence got its translation.
         """
-        results = list(
-            self.translate_iter(
-                texts,
-                beam_size=beam_size,
-                max_length=max_length,
-                length_penalty=length_penalty,
-                num_hypotheses=num_hypotheses,
-                source_lang=source_lang,
-                target_lang=target_lang,
-                on_error=on_error,
-            )
-        )
+        results = list(self.translate_iter(texts, **args))
         return results[0] if isinstance(texts, str) else results
 
     def translate_iter(
-        self,
-        texts: str | Iterable[str],
-        *,
-        beam_size: int | None = None,
-        max_length: int | None = None,
-        length_penalty: float | None = None,
-        num_hypotheses: int = 1,
-        source_lang: str | None = None,
-        target_lang: str | None = None,
-        on_error: str = "raise",
+        self, texts: str | Iterable[str], **args: Unpack[TranslateArgs]
     ) -> Iterator[Translation]:
         """Like translate(), but yields the translations in input order as soon as they and all
         before them are done, and reads ``texts`` lazily (a file object works)."""
-        batches = self.translate_batches(
-            texts, Options(beam_size, max_length, length_penalty, num_hypotheses, source_lang, target_lang), on_error
-        )
-        return _flatten(batches)
-
-    def translate_batches(
-        self, texts: str | Iterable[str], options: Options, on_error: str = "raise"
-    ) -> Iterator[list[Translation]]:
-        """Like translate_iter, but a list each time the in-order prefix grows (a streaming writer
-        flushes each at once, as ``nmtserve translate`` does); ``options`` is an
-        ``nmtserve.client.Options`` (decoding options, checked when it is made)."""
-        self._check_open()
-        job, deadline = self._start(texts, options, on_error)
-        return self._run(job, options, deadline)
+        return _flatten(self._batches(texts, args))
 
     def translate_document(
-        self,
-        text: str,
-        format: str = "plain",
-        *,
-        beam_size: int | None = None,
-        max_length: int | None = None,
-        length_penalty: float | None = None,
-        source_lang: str | None = None,
-        target_lang: str | None = None,
+        self, text: str, format: str = "plain", **args: Unpack[DocumentArgs]
     ) -> str:
         """Translate a whole document (``format``: "plain", "markdown" or "html") in one request.
 
         The server cuts it into sentences, translates them all as one batch and puts them back:
         whitespace, Markdown structure, HTML tags and attributes are kept, and code, ``pre``,
         ``script``, ``style`` and ``translate="no"`` content is left as it is (README,
-        "Documents"). Retried like a sentence request; a bad document raises InvalidInputError.
+        "Documents"). Keyword arguments: translate()'s but ``num_hypotheses`` and ``on_error``.
+        Retried like a sentence request; a bad document raises InvalidInputError.
         """
-        self._check_open()
-        request, deadline = self._document_request(
-            text, format, Options(beam_size, max_length, length_penalty, 1, source_lang, target_lang)
-        )
-        attempts = self._attempts(deadline, None, self._transport)
-        while True:
-            try:
-                result = self._transport.infer(self.document_model, request, attempts.timeout())
-            except Exception as exc:
-                time.sleep(attempts.failed(exc))
-                continue
-            return decode_document_response(result)[0]
+        return self._perform(self._document_call(text, format, args))
 
-    def _run(self, job: Job, options: Options, deadline: Deadline) -> Iterator[list[Translation]]:
-        inflight: dict[Future[list[Translation]], Chunk] = {}
+    def pairs(self) -> list[str]:
+        """The language pairs the server translates ("en-fr", ...); [] for a server of one model
+        without pairs (``nmtserve export`` without ``--pair``)."""
+        return self._perform(self._pairs_call())
+
+    def _run(
+        self, job: Job, options: Options, deadline: Deadline
+    ) -> Generator[list[Translation], None, None]:
+        flight: Flight[Future[list[Translation]]] = Flight(job, self.concurrency, deadline)
         cancelled = threading.Event()
         try:
             while True:
-                while len(inflight) < self.concurrency:
-                    chunk = job.next_chunk()
-                    if chunk is None:
-                        break
-                    if not inflight and job.all_planned and self._can_run_inline(deadline):
+                for chunk in flight.chunks_to_start():
+                    if flight.idle and self._can_run_inline(deadline):
                         # The only request of the call (one sentence, a short list): no thread hop.
                         job.complete(
                             chunk, self._send(chunk, options, deadline, cancelled, job.isolate)
                         )
-                        break
-                    future = self._executor().submit(
-                        self._send, chunk, options, deadline, cancelled, job.isolate
-                    )
-                    inflight[future] = chunk
-                ready = job.pop_ready()
-                if ready:
+                    else:
+                        future = self._executor().submit(
+                            self._send, chunk, options, deadline, cancelled, job.isolate
+                        )
+                        flight.start(future, chunk)
+                if ready := job.pop_ready():
                     yield ready
-                if not inflight and job.all_planned:
+                if flight.idle:
                     break
-                done, _ = wait(inflight, timeout=deadline.remaining(), return_when=FIRST_COMPLETED)
-                if not done:
-                    raise deadline.error(job.emitted, job.seen)
-                for future in done:
-                    job.complete(inflight.pop(future), future.result())
+                flight.settle(wait(flight.handles, deadline.remaining(), FIRST_COMPLETED).done)
             assert job.finished
         finally:
             cancelled.set()
-            for future in inflight:
+            for future in flight.handles:
                 future.cancel()
 
     def _send(
@@ -239,28 +156,27 @@ class Translator(BaseTranslator):
         """One request, with retries; runs in a worker thread (or inline for a lone request).
         ``isolate``: a request rejected for a sentence is sent again without it."""
         try:
-            return self._send_once(chunk, options, deadline, cancelled)
+            return self._perform(self._request_call(chunk, options, deadline), cancelled)
         except InvalidInputError as exc:
             if not isolate:
                 raise
             parts, merge = isolate_rejected(chunk, exc, failed_translation(options))
             return merge([self._send(p, options, deadline, cancelled, True) for p in parts])
 
-    def _send_once(
-        self, chunk: Chunk, options: Options, deadline: Deadline, cancelled: threading.Event
-    ) -> list[Translation]:
-        request = encode_request(chunk.texts, options)
-        attempts = self._attempts(deadline, chunk, self._transport)
+    def _perform(self, call: Call, cancelled: threading.Event | None = None) -> Any:
+        """Send until the transport answers; ``cancelled`` (set when the translate call that
+        owns the request failed or was closed) stops the retries at once."""
         while True:
-            timeout = attempts.timeout()
             try:
-                result = self._transport.infer(self.model, request, timeout)
+                result = call.send(call.attempts.timeout())
             except Exception as exc:
-                # Waits on the event, so a call that already failed stops retrying at once.
-                if cancelled.wait(attempts.failed(exc)):
-                    raise CancelledError from None
-                continue
-            return decode_response(result, len(chunk), options)
+                pause = call.attempts.failed(exc)
+            else:
+                return call.decode(result)
+            if cancelled is None:
+                time.sleep(pause)
+            elif cancelled.wait(pause):
+                raise CancelledError from None
 
     def _can_run_inline(self, deadline: Deadline) -> bool:
         # Waiting on a worker is what enforces a deadline the transport cannot pass on.
@@ -274,19 +190,6 @@ class Translator(BaseTranslator):
                     max_workers=self.concurrency, thread_name_prefix="nmtserve-client"
                 )
             return self._pool
-
-    def pairs(self) -> list[str]:
-        """The language pairs the server translates ("en-fr", ...); [] for a server of one model
-        without pairs (``nmtserve export`` without ``--pair``)."""
-        self._check_open()
-        attempts = self._attempts(Deadline(self.deadline), None, self._transport)
-        while True:
-            try:
-                config = self._transport.config(self.model, attempts.timeout())
-            except Exception as exc:
-                time.sleep(attempts.failed(exc))
-                continue
-            return self._pairs_from(config)
 
     # -- health
 
@@ -326,23 +229,14 @@ class Translator(BaseTranslator):
             pool.shutdown(wait=True, cancel_futures=True)
         self._transport.close()
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError(f"{type(self).__name__} is closed")
-
     def __enter__(self) -> Translator:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 
-def _flatten(batches: Iterator[list[Translation]]) -> Iterator[Translation]:
+def _flatten(batches: Generator[list[Translation], None, None]) -> Iterator[Translation]:
     with closing(batches):  # closing early cancels what is still in flight
         for batch in batches:
             yield from batch

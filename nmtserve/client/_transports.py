@@ -100,6 +100,13 @@ def _grpc_channel_args(tls: TLS | None = None) -> list[tuple[str, Any]]:
     ] + ([("grpc.ssl_target_name_override", tls.server_name)] if tls is not None and tls.server_name else [])
 
 
+def _grpc_infer_args(module: Any, request: Request, timeout: float | None, headers: Any) -> dict[str, Any]:
+    """``InferenceServerClient.infer``'s keyword arguments, the same in grpc and grpc.aio."""
+    inputs, outputs = tritonclient_tensors(module, request)
+    timeouts = {"client_timeout": timeout, "timeout": _server_timeout_us(timeout)}
+    return {"inputs": inputs, "outputs": outputs, "headers": headers, **timeouts}
+
+
 def _grpc_client(module: Any, url: str, tls: TLS | None) -> Any:
     return module.InferenceServerClient(
         url, channel_args=_grpc_channel_args(tls), **(tls.grpc_arguments() if tls is not None else {})
@@ -144,15 +151,7 @@ class GrpcTransport(_Transport):
         self._client = _grpc_client(module, self._url, self._tls)
 
     def infer(self, model: str, request: Request, timeout: float | None) -> Any:
-        inputs, outputs = tritonclient_tensors(self._module, request)
-        return self._client.infer(
-            model,
-            inputs,
-            outputs=outputs,
-            client_timeout=timeout,
-            timeout=_server_timeout_us(timeout),
-            headers=self._headers,
-        )
+        return self._client.infer(model, **_grpc_infer_args(self._module, request, timeout, self._headers))
 
     def probe(self, model: str, timeout: float | None) -> tuple[bool, bool]:
         client = self._client
@@ -263,15 +262,7 @@ class AsyncGrpcTransport(_Transport):
         return self._client
 
     async def infer(self, model: str, request: Request, timeout: float | None) -> Any:
-        inputs, outputs = tritonclient_tensors(self._module, request)
-        return await self._get().infer(
-            model,
-            inputs,
-            outputs=outputs,
-            client_timeout=timeout,
-            timeout=_server_timeout_us(timeout),
-            headers=self._headers,
-        )
+        return await self._get().infer(model, **_grpc_infer_args(self._module, request, timeout, self._headers))
 
     async def probe(self, model: str, timeout: float | None) -> tuple[bool, bool]:
         client = self._get()
