@@ -19,22 +19,6 @@ def sample() -> list[corpus.Example]:
     return corpus.generate_examples(SAMPLE_SIZE, seed=0)
 
 
-def _noun(en: str) -> corpus.Noun:
-    return next(n for n in corpus.NOUNS if n.en == en)
-
-
-def _adj(en: str) -> corpus.Adjective:
-    return next(a for a in corpus.ADJECTIVES if a.en == en)
-
-
-def _subject(en: str) -> corpus.Subject:
-    return next(s for s in corpus.SUBJECTS if s.en == en)
-
-
-def _verb(en: str) -> corpus.Verb:
-    return next(v for v in corpus.VERBS if v.en == en)
-
-
 # --------------------------------------------------------------------------------------------
 # Determinism, uniqueness, lengths, splits
 # --------------------------------------------------------------------------------------------
@@ -235,7 +219,7 @@ def test_times_golden() -> None:
     ],
 )
 def test_noun_phrase_golden(n: int, noun: str, adj: str | None, en: str, fr: str) -> None:
-    assert corpus.noun_phrase(n, _noun(noun), _adj(adj) if adj else None) == (en, fr)
+    assert corpus.noun_phrase(n, corpus.noun(noun), corpus.adjective(adj) if adj else None) == (en, fr)
 
 
 @pytest.mark.parametrize(
@@ -256,7 +240,7 @@ def test_clause_golden(
     subject: str, verb: str, n: int, noun: str, adj: str | None, en: str, fr: str
 ) -> None:
     got = corpus.render_clause(
-        _subject(subject), _verb(verb), n, _noun(noun), _adj(adj) if adj else None
+        corpus.subject(subject), corpus.verb(verb), n, corpus.noun(noun), corpus.adjective(adj) if adj else None
     )
     assert got == (en, fr)
 
@@ -310,7 +294,7 @@ def test_sample_number_rounding_keeps_the_bounds() -> None:
 
 def test_feminine_counts_avoid_un_mille() -> None:
     rng = random.Random(0)
-    apple = _noun("apple")
+    apple = corpus.noun("apple")
     for _ in range(500):
         n = corpus._sample_count(rng, apple)
         assert not re.search(r"\bun mille\b", corpus.fr_cardinal(n))

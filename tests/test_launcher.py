@@ -81,22 +81,12 @@ def test_server_reports_ready_over_http(echo_server: TritonServer) -> None:
 
 
 @pytest.mark.server
-def test_grpc_infer_returns_the_text(echo_server: TritonServer) -> None:
-    grpcclient = pytest.importorskip("tritonclient.grpc")
-    client = grpcclient.InferenceServerClient(url=echo_server.urls.grpc_address)
-    text = grpcclient.InferInput("TEXT", [len(TEXTS)], "BYTES")
-    text.set_data_from_numpy(text_array(TEXTS))
-
-    result = client.infer("echo", [text])
-
-    assert [b.decode("utf-8") for b in result.as_numpy("TEXT")] == TEXTS
-
-
-@pytest.mark.server
-def test_http_infer_returns_the_text(echo_server: TritonServer) -> None:
-    httpclient = pytest.importorskip("tritonclient.http")
-    client = httpclient.InferenceServerClient(url=echo_server.urls.http_address)
-    text = httpclient.InferInput("TEXT", [len(TEXTS)], "BYTES")
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_infer_returns_the_text(echo_server: TritonServer, protocol: str) -> None:
+    module = pytest.importorskip(f"tritonclient.{protocol}")
+    address = echo_server.urls.grpc_address if protocol == "grpc" else echo_server.urls.http_address
+    client = module.InferenceServerClient(url=address)
+    text = module.InferInput("TEXT", [len(TEXTS)], "BYTES")
     text.set_data_from_numpy(text_array(TEXTS))
 
     result = client.infer("echo", [text])

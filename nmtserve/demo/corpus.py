@@ -396,6 +396,24 @@ _ORDINAL_NOUNS: tuple[tuple[str, str, bool, int], ...] = (
     ("step", "étape", True, 99),
 )
 
+
+def noun(en: str) -> Noun:
+    """The entry of NOUNS whose English is ``en`` (and so on for the other tables below)."""
+    return next(n for n in NOUNS if n.en == en)
+
+
+def adjective(en: str) -> Adjective:
+    return next(a for a in ADJECTIVES if a.en == en)
+
+
+def subject(en: str) -> Subject:
+    return next(s for s in SUBJECTS if s.en == en)
+
+
+def verb(en: str) -> Verb:
+    return next(v for v in VERBS if v.en == en)
+
+
 # (English template, French template) with "{t}" for the time.
 _TIME_TEMPLATES: tuple[tuple[str, str], ...] = (
     ("The train leaves at {t}.", "Le train part à {t}."),

@@ -13,24 +13,8 @@ import datetime as dt
 from . import corpus
 
 
-def _noun(en: str) -> corpus.Noun:
-    return next(n for n in corpus.NOUNS if n.en == en)
-
-
-def _adjective(en: str) -> corpus.Adjective:
-    return next(a for a in corpus.ADJECTIVES if a.en == en)
-
-
-def _subject(en: str) -> corpus.Subject:
-    return next(s for s in corpus.SUBJECTS if s.en == en)
-
-
-def _verb(en: str) -> corpus.Verb:
-    return next(v for v in corpus.VERBS if v.en == en)
-
-
 def _clause(subject: str, verb: str, n: int, noun: str, adj: str | None = None) -> tuple[str, str]:
-    return corpus.render_clause(_subject(subject), _verb(verb), n, _noun(noun), _adjective(adj) if adj else None)
+    return corpus.render_clause(corpus.subject(subject), corpus.verb(verb), n, corpus.noun(noun), corpus.adjective(adj) if adj else None)
 
 
 def _time_template(en_prefix: str) -> int:
@@ -44,10 +28,10 @@ EXAMPLES: tuple[tuple[str, str], ...] = (
     corpus.render_time(7, 45, _time_template("The train")),
     corpus.render_ordinal(21, "day", "bare"),
     corpus.render_cardinal(93_690, imperative=True),
-    corpus.render_price(12_000, _noun("car"), _adjective("red")),
+    corpus.render_price(12_000, corpus.noun("car"), corpus.adjective("red")),
     corpus.render_ordinal(1, "day", "bare"),
     corpus.render_ordinal(2, "page", "this"),
-    corpus.render_price(1, _noun("book"), None),
+    corpus.render_price(1, corpus.noun("book"), None),
 )
 
 # Shown in the README (curl and the client library example) beyond EXAMPLES.
