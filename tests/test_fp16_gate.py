@@ -87,7 +87,7 @@ def standin_runtime(monkeypatch):
     from nmtserve.runtime import tensorrt as runtime_module
     from nmtserve.runtime.spec import ModelSpec
 
-    monkeypatch.setattr(runtime_module, "_import_tensorrt", lambda: tensorrt_standin)
+    monkeypatch.setattr(runtime_module, "import_tensorrt", lambda *error: tensorrt_standin)
     monkeypatch.setattr(engines, "load_runtime", lambda enc, dec, artifacts: runtime_module.TensorRTModel(
         enc, dec, ModelSpec.load(artifacts / engines.SPEC_FILE), arrays=HOST))
 

@@ -48,7 +48,7 @@ def _run_check(repo: Path, damaged_fp16_decoder: Path | None = None) -> subproce
         from nmtserve.runtime.spec import ModelSpec
 
         runtime.tensorrt_module = lambda: tensorrt_standin
-        runtime._import_tensorrt = lambda: tensorrt_standin
+        runtime.import_tensorrt = lambda *error: tensorrt_standin
         build.gpu_identity = lambda: {{"gpu": "Stand-in GPU", "compute_capability": "9.0"}}
         damaged = {str(damaged_fp16_decoder) if damaged_fp16_decoder else None!r}
 

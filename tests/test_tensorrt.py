@@ -129,7 +129,7 @@ def standin(monkeypatch):
 
     from nmtserve.runtime import tensorrt as runtime_module
 
-    monkeypatch.setattr(runtime_module, "_import_tensorrt", lambda: tensorrt_standin)
+    monkeypatch.setattr(runtime_module, "import_tensorrt", lambda *error: tensorrt_standin)
     return tensorrt_standin
 
 

@@ -142,12 +142,9 @@ def plan_is_current(plan: Path, expected: dict) -> tuple[bool, str]:
 
 
 def _import_tensorrt():
-    from ..runtime.tensorrt import tensorrt_module  # noqa: PLC0415 - one way to find TensorRT
+    from ..runtime import tensorrt as runtime  # noqa: PLC0415 - one way to find TensorRT
 
-    trt = tensorrt_module()
-    if trt is None:  # pragma: no cover - depends on the machine
-        raise TensorRTUnavailable("TensorRT is not installed: pip install 'nmtserve[gpu]' or use the NGC container")
-    return trt
+    return runtime.import_tensorrt(TensorRTUnavailable)
 
 
 # Layers kept in fp32 in an fp16 engine: their sums and exponentials overflow fp16, and a

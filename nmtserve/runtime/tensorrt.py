@@ -52,10 +52,12 @@ def tensorrt_module():
     return None
 
 
-def _import_tensorrt():
+def import_tensorrt(error: type[Exception] = TensorRTRuntimeError):
+    """The TensorRT module (``tensorrt_module``); where there is none, ``error`` saying how to
+    install it (the engine builder raises its own TensorRTUnavailable)."""
     trt = tensorrt_module()
     if trt is None:
-        raise TensorRTRuntimeError(
+        raise error(
             "TensorRT is not installed: the GPU image installs the bindings matching its TensorRT "
             "(docker/tensorrt-python.sh); elsewhere pip install 'nmtserve[gpu]'"
         )
@@ -166,7 +168,7 @@ class TensorRTModel:
 
     def __init__(self, encoder_plan: Path, decoder_plan: Path, spec: ModelSpec, device_id: int = 0,
                  arrays: ArrayBackend | None = None):
-        trt = _import_tensorrt()
+        trt = import_tensorrt()
         self.spec = spec
         self.arrays = arrays or CupyArrays(device_id)  # another backend only in tests
         self.arrays.activate()
