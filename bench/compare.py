@@ -307,12 +307,11 @@ class Runner:
 def served_runner(size: Size, repo: Path, log_dir: Path, name: str = "served") -> Iterator[Runner]:
     import tritonclient.grpc as grpcclient
 
-    from nmtserve.server.launcher import ServerConfig, TritonServer, free_ports
+    from nmtserve.server.launcher import ServerConfig, TritonServer
 
-    http, grpc, metrics = free_ports(3)
     env = {"OMP_WAIT_POLICY": os.environ["OMP_WAIT_POLICY"]} if "OMP_WAIT_POLICY" in os.environ else {}
-    server = TritonServer(ServerConfig(model_repository=repo, http_port=http, grpc_port=grpc, metrics_port=metrics,
-                                       log_file=log_dir / f"tritonserver-compare-{size.name}-{name}.log", env=env))
+    server = TritonServer(ServerConfig.on_free_ports(
+        repo, log_file=log_dir / f"tritonserver-compare-{size.name}-{name}.log", env=env))
     started = time.perf_counter()
     server.start()
     local, clients = threading.local(), []

@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from nmtserve.export.pipeline import ExportOptions, export
-    from nmtserve.server.launcher import ServerConfig, TritonServer, free_ports
+    from nmtserve.server.launcher import ServerConfig, TritonServer
 
     texts = (DEFAULT_CHECKPOINT / "test.en").read_text(encoding="utf-8").splitlines()[: args.sentences]
     print(f"reference translations of {len(texts)} sentences ...", file=sys.stderr)
@@ -156,9 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         if repo is None:
             repo = Path(tmp) / "model_repository"
             export(DEFAULT_CHECKPOINT, ExportOptions(repository=repo, skip_parity=True, max_target_len=128))
-        http, grpc, metrics = free_ports(3)
-        with TritonServer(ServerConfig(model_repository=repo, http_port=http, grpc_port=grpc,
-                                       metrics_port=metrics)) as server:
+        with TritonServer(ServerConfig.on_free_ports(repo)) as server:
             server.wait_until_ready(120)
             load_before = load_average()
             print(f"{args.clients} clients for {args.seconds:.0f} s ...", file=sys.stderr)

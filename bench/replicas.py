@@ -32,11 +32,9 @@ from _common import DEFAULT_CHECKPOINT, load_average, machine, markdown_table, w
 
 
 def _server(repo: Path, grpc_port: int | None = None):
-    from nmtserve.server.launcher import ServerConfig, TritonServer, free_ports
+    from nmtserve.server.launcher import ServerConfig, TritonServer
 
-    http, grpc, metrics = free_ports(3)
-    return TritonServer(ServerConfig(model_repository=repo, http_port=http, grpc_port=grpc_port or grpc,
-                                     metrics_port=metrics))
+    return TritonServer(ServerConfig.on_free_ports(repo, **({"grpc_port": grpc_port} if grpc_port else {})))
 
 
 def main(argv: list[str] | None = None) -> int:

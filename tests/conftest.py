@@ -65,11 +65,9 @@ def demo_repository(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def demo_server(demo_repository):
-    from nmtserve.server.launcher import ServerConfig, TritonServer, free_ports
+    from nmtserve.server.launcher import ServerConfig, TritonServer
 
-    http, grpc, metrics = free_ports(3)
-    server = TritonServer(ServerConfig(model_repository=demo_repository, http_port=http, grpc_port=grpc,
-                                       metrics_port=metrics))
+    server = TritonServer(ServerConfig.on_free_ports(demo_repository))
     server.start()
     try:
         server.wait_until_ready(120)

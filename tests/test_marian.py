@@ -482,7 +482,7 @@ def test_a_marian_directory_goes_through_export_serve_and_client(marian, corpus,
     from nmtserve.export.pipeline import ExportOptions, export
     from nmtserve.model.marian import load_marian
     from nmtserve.model.reference import translate
-    from nmtserve.server.launcher import ServerConfig, TritonServer, free_ports
+    from nmtserve.server.launcher import ServerConfig, TritonServer
 
     d, _, _ = marian("swish-shared-tied")
     repo = tmp_path / "repository"
@@ -491,8 +491,7 @@ def test_a_marian_directory_goes_through_export_serve_and_client(marian, corpus,
     ckpt = load_marian(d)
     options = SearchOptions(beam_size=4, max_length=48, max_length_a=2.0, max_length_b=10)
     want = [n[0][0] for n in translate(ckpt.model, ckpt.tokenizer, texts, options)]
-    http, grpc, metrics = free_ports(3)
-    with TritonServer(ServerConfig(model_repository=repo, http_port=http, grpc_port=grpc, metrics_port=metrics)) as server:
+    with TritonServer(ServerConfig.on_free_ports(repo)) as server:
         server.wait_until_ready(120)
         with Translator(server.urls.grpc_address) as client:
             assert [t.text for t in client.translate(texts)] == want

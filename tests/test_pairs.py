@@ -43,14 +43,13 @@ def second_checkpoint(tmp_path_factory, demo_checkpoint):
 
 @pytest.fixture(scope="module")
 def pairs_server(tmp_path_factory, demo_checkpoint, second_checkpoint):
-    from nmtserve.server.launcher import ServerConfig, TritonServer, free_ports
+    from nmtserve.server.launcher import ServerConfig, TritonServer
 
     repo = tmp_path_factory.mktemp("pairs") / "repository"
     common = dict(repository=repo, skip_parity=True, max_source_len=128, max_target_len=128, max_batch=16)
     export(DEMO, ExportOptions(pair="en-fr", **common))
     export(second_checkpoint.path, ExportOptions(pair="en-de", **common))
-    http, grpc, metrics = free_ports(3)
-    server = TritonServer(ServerConfig(model_repository=repo, http_port=http, grpc_port=grpc, metrics_port=metrics))
+    server = TritonServer(ServerConfig.on_free_ports(repo))
     with server:
         yield server, repo
 

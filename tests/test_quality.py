@@ -124,7 +124,7 @@ def test_int8_is_served_and_agrees_with_fp32(int8_repository, demo_checkpoint, d
     from nmtserve.runtime.onnxruntime import OnnxModel
     from nmtserve.runtime.spec import ModelSpec
     from nmtserve.server.engine import InflightBatcher
-    from nmtserve.server.launcher import ServerConfig, TritonServer, free_ports
+    from nmtserve.server.launcher import ServerConfig, TritonServer
 
     texts = demo_sentences[200:260]  # not the gate's sentences
     artifacts = int8_repository / "generate" / "1"
@@ -135,9 +135,7 @@ def test_int8_is_served_and_agrees_with_fp32(int8_repository, demo_checkpoint, d
     engine.stop()
     fp32 = [n[0][0] for n in reference_translate(demo_checkpoint.model, tok, texts, DEFAULTS)]
 
-    http, grpc, metrics = free_ports(3)
-    server = TritonServer(ServerConfig(model_repository=int8_repository, http_port=http, grpc_port=grpc,
-                                       metrics_port=metrics))
+    server = TritonServer(ServerConfig.on_free_ports(int8_repository))
     server.start()
     try:
         server.wait_until_ready(120)

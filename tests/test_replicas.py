@@ -209,11 +209,10 @@ def references(demo_checkpoint, demo_sentences):
 
 
 def _server(repository, grpc_port=None, extra_args=()):
-    from nmtserve.server.launcher import ServerConfig, TritonServer, free_ports
+    from nmtserve.server.launcher import ServerConfig, TritonServer
 
-    http, grpc, metrics = free_ports(3)
-    return TritonServer(ServerConfig(model_repository=repository, http_port=http, grpc_port=grpc_port or grpc,
-                                     metrics_port=metrics, extra_args=tuple(extra_args)))
+    ports = {"grpc_port": grpc_port} if grpc_port else {}
+    return TritonServer(ServerConfig.on_free_ports(repository, extra_args=tuple(extra_args), **ports))
 
 
 @pytest.fixture(scope="module")

@@ -276,12 +276,10 @@ def test_stop_under_load_is_prompt_and_answers_in_flight_requests_unavailable(de
     import threading
     import time
 
-    from nmtserve.server.launcher import ServerConfig, TritonServer, free_ports
+    from nmtserve.server.launcher import ServerConfig, TritonServer
 
     texts, want, _ = reference
-    http, grpc_port, metrics = free_ports(3)
-    server = TritonServer(ServerConfig(model_repository=demo_repository, http_port=http, grpc_port=grpc_port,
-                                       metrics_port=metrics))
+    server = TritonServer(ServerConfig.on_free_ports(demo_repository))
     server.start()
     outcomes: list[str] = []
     stop = threading.Event()
@@ -342,16 +340,14 @@ def test_limits_refuse_oversized_requests_and_overload_with_clear_retryable_erro
     import shutil
     import threading
 
-    from nmtserve.server.launcher import ServerConfig, TritonServer, free_ports
+    from nmtserve.server.launcher import ServerConfig, TritonServer
 
     repo = Path(shutil.copytree(demo_repository, tmp_path / "repo", ignore=shutil.ignore_patterns("encoder", "decoder")))
     _set_param(repo / "tokenize" / "config.pbtxt", "max_request_sentences", "8")
     _set_param(repo / "tokenize" / "config.pbtxt", "max_sentence_chars", "120")
     _set_param(repo / "generate" / "config.pbtxt", "max_queued_sentences", "12")
     texts, want, _ = reference
-    http, grpc_port, metrics = free_ports(3)
-    with TritonServer(ServerConfig(model_repository=repo, http_port=http, grpc_port=grpc_port,
-                                   metrics_port=metrics)) as server:
+    with TritonServer(ServerConfig.on_free_ports(repo)) as server:
         server.wait_until_ready(120)
         client = grpcclient.InferenceServerClient(server.urls.grpc_address)
         with pytest.raises(InferenceServerException, match="TEXT has 9 sentences, more than the 8"):

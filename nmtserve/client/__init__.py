@@ -29,32 +29,11 @@ contract"). The client asks for the NBEST outputs only when ``num_hypotheses`` >
 blank sentences, and reports a sentence the server names as ``TEXT[i]`` by its input position.
 """
 
+from . import errors
 from ._async import AsyncTranslator
 from ._protocol import Hypothesis, Options, Translation
 from ._sync import Translator
 from ._transports import TLS
-from .errors import (
-    InvalidInputError,
-    ModelNotFoundError,
-    ProtocolMismatchError,
-    ServerError,
-    ServerUnavailableError,
-    TimeoutError,
-    TranslationError,
-)
+from .errors import *  # noqa: F403 - the error classes, listed once in errors.__all__
 
-__all__ = [
-    "AsyncTranslator",
-    "Hypothesis",
-    "InvalidInputError",
-    "ModelNotFoundError",
-    "Options",
-    "ProtocolMismatchError",
-    "ServerError",
-    "ServerUnavailableError",
-    "TLS",
-    "TimeoutError",
-    "Translation",
-    "TranslationError",
-    "Translator",
-]
+__all__ = ["AsyncTranslator", "Hypothesis", "Options", "TLS", "Translation", "Translator", *errors.__all__]

@@ -42,7 +42,6 @@ __all__ = [
     "ServerUnavailableError",
     "TimeoutError",
     "TranslationError",
-    "describe_indices",
 ]
 
 

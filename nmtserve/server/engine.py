@@ -371,47 +371,65 @@ class InflightBatcher:
         self._groups[beam].remove(rows)
 
     def _step(self) -> None:
+        """One decoder step of every beam-width group: its feeds, the decoder, the new K/V into
+        the pool, the searches advanced, the finished sentences handed back."""
         self._drop_cancelled()
-        g = self.g
         for beam in list(self._groups):
             group = self._groups[beam]
             if not group.size:
                 continue
             group.fit_width(0)
-            b, k = group.size, beam
-            t_lo = int(group.start[:b].min())
-            t_len = max(g - t_lo, 1)  # >= 1: a fresh batch attends a masked dummy slot
-            times = np.arange(t_lo, t_lo + t_len)
-            feeds = {
-                "input_ids": group.search.tokens[:b].astype(np.int32),
-                "position": group.search.t[:b].astype(np.int32),
-                "past_key": group.past_key[t_lo : t_lo + t_len],
-                "past_value": group.past_value[t_lo : t_lo + t_len],
-                "cache_rows": np.ascontiguousarray(group.table[:b, :, t_lo : t_lo + t_len]),
-                "past_mask": (times >= group.start[:b, None]) & (times < g),
-                "src_mask": np.arange(group.width)[None, :] < group.src_len[:b, None],
-            }
-            for i in range(self.spec.layers):  # rows [0, b): contiguous, read in place
-                feeds[graphs.memory_key(i)] = group.keys[i][:b]
-                feeds[graphs.memory_value(i)] = group.values[i][:b]
-            out = self.runtime.run_step(feeds)
-            for buf, new in ((group.past_key, out["new_key"]), (group.past_value, out["new_value"])):
-                buf[g, : b * k] = new.reshape(b * k, *new.shape[2:])  # one contiguous block
-            group.table[:b, :, g] = np.arange(b * k).reshape(b, k)
-            m = min(2 * k + 1, out["top_ids"].shape[-1])
-            group.search.advance(Candidates(self.arrays.asnumpy(out["top_log_probs"][..., :m]),
-                                            self.arrays.asnumpy(out["top_ids"][..., :m]), self.spec.vocab))
-            window = group.table[:b, :, t_lo : g + 1]
-            group.table[:b, :, t_lo : g + 1] = window[np.arange(b)[:, None], group.search.parents[:b]]
-            done = np.flatnonzero(group.search.done[:b])
-            if len(done):
-                for row in done.tolist():
-                    self._finish(group, row)
-                self._remove(beam, done)
+            t_lo = int(group.start[: group.size].min())  # the oldest row's start: the window read
+            out = self.runtime.run_step(self._feeds(group, t_lo))
+            self._store_new_kv(group, out)
+            self._advance(group, out, t_lo)
+            self._retire_finished(beam, group)
         self.g += 1
         self.stats["steps"] += 1
         if self.running and self.g + 1 >= self.pool_time:
             self._compact()
+
+    def _feeds(self, group: _Group, t_lo: int) -> dict[str, Any]:
+        """The decoder's inputs for the group's rows ``[0, size)``, over pool times ``[t_lo, g)``."""
+        g, b = self.g, group.size
+        t_len = max(g - t_lo, 1)  # >= 1: a fresh batch attends a masked dummy slot
+        times = np.arange(t_lo, t_lo + t_len)
+        feeds = {
+            "input_ids": group.search.tokens[:b].astype(np.int32),
+            "position": group.search.t[:b].astype(np.int32),
+            "past_key": group.past_key[t_lo : t_lo + t_len],
+            "past_value": group.past_value[t_lo : t_lo + t_len],
+            "cache_rows": np.ascontiguousarray(group.table[:b, :, t_lo : t_lo + t_len]),
+            "past_mask": (times >= group.start[:b, None]) & (times < g),
+            "src_mask": np.arange(group.width)[None, :] < group.src_len[:b, None],
+        }
+        for i in range(self.spec.layers):  # rows [0, b): contiguous, read in place
+            feeds[graphs.memory_key(i)] = group.keys[i][:b]
+            feeds[graphs.memory_value(i)] = group.values[i][:b]
+        return feeds
+
+    def _store_new_kv(self, group: _Group, out: dict[str, Any]) -> None:
+        """The step's K/V at pool time g: one contiguous block; each hypothesis reads its own row."""
+        g, b, k = self.g, group.size, group.k
+        for buf, new in ((group.past_key, out["new_key"]), (group.past_value, out["new_value"])):
+            buf[g, : b * k] = new.reshape(b * k, *new.shape[2:])
+        group.table[:b, :, g] = np.arange(b * k).reshape(b, k)
+
+    def _advance(self, group: _Group, out: dict[str, Any], t_lo: int) -> None:
+        """The searches take the step's candidates; the ancestor table follows the parents."""
+        g, b, k = self.g, group.size, group.k
+        m = min(2 * k + 1, out["top_ids"].shape[-1])
+        group.search.advance(Candidates(self.arrays.asnumpy(out["top_log_probs"][..., :m]),
+                                        self.arrays.asnumpy(out["top_ids"][..., :m]), self.spec.vocab))
+        window = group.table[:b, :, t_lo : g + 1]
+        group.table[:b, :, t_lo : g + 1] = window[np.arange(b)[:, None], group.search.parents[:b]]
+
+    def _retire_finished(self, beam: int, group: _Group) -> None:
+        done = np.flatnonzero(group.search.done[: group.size])
+        if len(done):
+            for row in done.tolist():
+                self._finish(group, row)
+            self._remove(beam, done)
 
     def _finish(self, group: _Group, row: int) -> None:
         request, index = group.members[row]

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import IO, TextIO
+from typing import IO, Any, TextIO
 
 __all__ = [
     "PortInUseError",
@@ -134,6 +134,14 @@ class ServerConfig:
     cache_dir: Path | None = None
     # Extra environment for the server (and so for the Python models' stub processes).
     env: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def on_free_ports(cls, model_repository: str | Path, **fields: Any) -> ServerConfig:
+        """A config whose three ports are free on loopback now (tests, benchmarks, servers side
+        by side); ``fields`` set the rest, a port given among them included."""
+        http, grpc, metrics = free_ports(3)
+        ports = {"http_port": http, "grpc_port": grpc, "metrics_port": metrics}
+        return cls(model_repository=Path(model_repository), **{**ports, **fields})
 
     def __post_init__(self) -> None:
         self.model_repository = Path(self.model_repository)
