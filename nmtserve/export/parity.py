@@ -25,15 +25,11 @@ class ParityError(RuntimeError):
     """The exported graphs do not reproduce the PyTorch model."""
 
 
-ALL_ENTRIES_TOLERANCE = 1e-2
-
-
 @dataclass
 class ParityReport:
     sentences: int = 0
     steps: int = 0
-    max_abs_diff_log_probs: float = 0.0  # over the entries a beam can reach (log p >= -10)
-    max_abs_diff_all: float = 0.0  # over every finite entry, however unlikely
+    max_abs_diff_log_probs: float = 0.0
     max_abs_diff_memory: float = 0.0
     token_mismatches: list[int] = field(default_factory=list)
     # Absolute float32 error grows with the logits' scale: the demo model of session 6 (no
@@ -42,18 +38,13 @@ class ParityReport:
 
     @property
     def passed(self) -> bool:
-        # The gate is on what the search can pick: a confident model puts most tokens near
-        # log p -40, where float32 rounding alone differs most and no decision changes.
-        # Every entry still has a loose bound, so a gross error anywhere fails.
-        return (self.max_abs_diff_log_probs <= self.tolerance and self.max_abs_diff_all <= ALL_ENTRIES_TOLERANCE
-                and not self.token_mismatches)
+        return self.max_abs_diff_log_probs <= self.tolerance and not self.token_mismatches
 
     def summary(self) -> str:
         verdict = "PASS" if self.passed else "FAIL"
         return (
             f"parity {verdict}: {self.sentences} sentences, {self.steps} decoder steps; "
-            f"max |log p_onnx - log p_torch| = {self.max_abs_diff_log_probs:.2e} where a beam can reach "
-            f"(tolerance {self.tolerance:.0e}), {self.max_abs_diff_all:.2e} over all (tolerance {ALL_ENTRIES_TOLERANCE:.0e}); "
+            f"max |log p_onnx - log p_torch| = {self.max_abs_diff_log_probs:.2e} (tolerance {self.tolerance:.0e}); "
             f"max |memory K/V diff| = {self.max_abs_diff_memory:.2e}; "
             f"sentences with different tokens: {len(self.token_mismatches)}"
         )
@@ -93,6 +84,6 @@ def check_parity(
             if [h.tokens for h in want] != [h.tokens for h in got]:
                 report.token_mismatches.append(start + i)
         report.sentences += len(batch)
-    report.max_abs_diff_log_probs, report.max_abs_diff_all, report.steps = stats.max_relevant, stats.max_all, stats.steps
+    report.max_abs_diff_log_probs, report.steps = stats.max_all, stats.steps
     log.info(report.summary())
     return report
