@@ -8,7 +8,7 @@ import zlib
 import numpy as np
 import pytest
 
-from nmtserve.decoding.search import Candidates, SearchOptions, beam_search
+from nmtserve.decoding.search import Candidates, SearchOptions, TargetPrefix, beam_search
 
 BOS, EOS = 1, 2
 
@@ -69,15 +69,22 @@ def exhaustive(model: PrefixModel, sentence: int, max_len: int, length_penalty: 
     return sorted(out, key=lambda x: -x[1])
 
 
-def slow_reference(model: PrefixModel, sentence: int, opts: SearchOptions, max_len: int):
-    """The documented rules, one sentence, plain Python lists: obviously correct, slow."""
+def slow_reference(model: PrefixModel, sentence: int, opts: SearchOptions, max_len: int,
+                   prompt: tuple[int, ...] = (), forced: tuple[int, ...] = ()):
+    """The documented rules, one sentence, plain Python lists: obviously correct, slow.
+
+    As transformers' generate: ``prompt`` = decoder_input_ids after the start token (lengths
+    count after it), ``forced`` = tokens forced one per step adding 0 (forced_bos_token_id)."""
     k, lp = opts.beam_size, opts.length_penalty
-    running = [((), 0.0)] + [((), -1e9)] * (k - 1)
+    running = [(prompt, 0.0)] + [(prompt, -1e9)] * (k - 1)
     finished: list[tuple[list[int], float]] = []
     cap = opts.n_finished
     for t in range(max_len):
         cands = []
         for b, (prefix, score) in enumerate(running):
+            if t < len(forced):
+                cands.append((score, b, forced[t]))
+                continue
             lps = model.log_probs(sentence, prefix)
             if t < opts.min_length:
                 lps = lps.copy()
@@ -113,9 +120,9 @@ def slow_reference(model: PrefixModel, sentence: int, opts: SearchOptions, max_l
     return finished[: opts.num_hypotheses]
 
 
-def run(model, n, opts, source_lengths=None):
+def run(model, n, opts, source_lengths=None, prefixes=None):
     lengths = source_lengths if source_lengths is not None else [5] * n
-    return beam_search(model, n, lengths, opts, bos_id=BOS, eos_id=EOS)
+    return beam_search(model, n, lengths, opts, bos_id=BOS, eos_id=EOS, prefixes=prefixes)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -325,3 +332,42 @@ def test_preselect_flags_a_tie_it_had_to_cut_through():
     values, tokens, ambiguous = preselect(log_probs, 4)  # the whole tie fits; the -inf entry is out
     assert not bool(ambiguous) and sorted(tokens[0, 0].tolist()) == [0, 1, 2, 3]
     assert preselect(log_probs, 5) is None  # nothing left out: use the log-probs themselves
+
+
+# A target prefix: a forced language token (transformers' forced_bos_token_id: a generated token
+# adding 0), or a decoder prompt (decoder_input_ids: not counted in any length), mixed per sentence.
+PREFIX_CASES = [
+    ((), ()),
+    ((), (7,)),
+    ((7, 3, 5), ()),
+    ((4,), ()),
+]
+
+
+@pytest.mark.parametrize("case", CASES[:5], ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+@pytest.mark.parametrize("seed", range(3))
+def test_target_prefixes_equal_slow_reference(case, seed):
+    max_len = 8
+    opts = SearchOptions(max_length=max_len, **case)
+    n = len(PREFIX_CASES)
+    prefixes = [TargetPrefix((*prompt, *forced), prompt=len(prompt)) for prompt, forced in PREFIX_CASES]
+    got = run(PrefixModel(n, 11, seed=seed, eos_boost=0.6), n, opts, prefixes=prefixes)
+    for s, (prompt, forced) in enumerate(PREFIX_CASES):
+        want = slow_reference(PrefixModel(n, 11, seed=seed, eos_boost=0.6), s, opts, max_len, prompt, forced)
+        assert [h.tokens for h in got[s]] == [[*prompt, *w[0][len(prompt):]] for w in want], f"sentence {s}"
+        assert np.allclose([h.score for h in got[s]], [w[1] for w in want])
+        assert all(h.tokens[: len(prompt) + len(forced)] == [*prompt, *forced] for h in got[s])
+
+
+def test_a_forced_token_counts_in_the_length_a_prompt_does_not():
+    opts = SearchOptions(beam_size=2, max_length=3)
+    model = PrefixModel(2, 9, seed=1)
+    forced, prompted = run(model, 2, opts, prefixes=[TargetPrefix((5,)), TargetPrefix((5,), prompt=1)])
+    assert max(len(h.tokens) for h in forced) <= 3
+    assert all(h.tokens[0] == 5 for h in forced + prompted)
+    assert len(prompted[0].tokens) <= 4  # the prompt, then up to max_length generated
+
+
+def test_a_prefix_holding_eos_is_refused():
+    with pytest.raises(ValueError, match="end-of-sentence"):
+        run(PrefixModel(1, 9), 1, SearchOptions(beam_size=2, max_length=4), prefixes=[TargetPrefix((3, EOS))])

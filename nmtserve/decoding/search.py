@@ -19,7 +19,12 @@ compare token for token:
   maximum length instead when ``length_penalty > 0`` (a true bound, slower);
 * when a sentence reaches its maximum length, its top-``K`` candidates of that last step finish
   whatever their token, normalised by that length;
-* below ``min_length`` generated tokens EOS has probability 0.
+* below ``min_length`` generated tokens EOS has probability 0;
+* a sentence may have a ``TargetPrefix``: tokens forced after the decoder start token, one per
+  step, each adding 0 to the score (transformers' ``forced_bos_token_id`` for a language token).
+  Its first ``prompt`` tokens are a decoder prompt instead (transformers'
+  ``decoder_input_ids=[start, *prompt]``): not counted in the generated length, so the length
+  penalty, ``max_length`` and ``min_length`` count from after them.
 
 A step may hand ``advance`` either the full log-probs ``(b, K, V)`` or ``Candidates``: each
 hypothesis' ``m >= 2K + 1`` most likely tokens (the served decoder graph picks them with a
@@ -35,6 +40,7 @@ Finished sentences leave the running batch at once, so the step model computes o
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -54,6 +60,21 @@ class Candidates:
     values: np.ndarray
     tokens: np.ndarray
     vocab: int
+
+
+@dataclass(frozen=True)
+class TargetPrefix:
+    """Tokens a sentence's hypotheses must start with (see the module's rules)."""
+
+    tokens: tuple[int, ...] = ()
+    prompt: int = 0  # the first ``prompt`` tokens are a decoder prompt (not counted)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.prompt <= len(self.tokens):
+            raise ValueError(f"prompt must be in [0, {len(self.tokens)}], got {self.prompt}")
+
+
+NO_PREFIX = TargetPrefix()
 
 
 class StepModel(Protocol):
@@ -165,7 +186,7 @@ def _topk_desc(scores: np.ndarray, k: int) -> np.ndarray:
 
 _EARLY_STOPPING = {False: 0, True: 1, "never": 2}
 _ROW_ARRAYS = ("scores", "tokens", "parents", "t", "max_len", "min_len", "penalty", "stopping",
-               "pool_size", "pool_capacity", "pool_worst", "done", "sequences")
+               "pool_size", "pool_capacity", "pool_worst", "done", "sequences", "forced", "n_forced", "prompt")
 
 
 class BeamBatch:
@@ -199,6 +220,9 @@ class BeamBatch:
     pool_worst: np.ndarray
     done: np.ndarray
     sequences: np.ndarray
+    forced: np.ndarray
+    n_forced: np.ndarray
+    prompt: np.ndarray
 
     def __init__(self, beam: int, *, bos_id: int, eos_id: int, capacity: int = 8, max_steps: int = 256):
         self.k, self.bos_id, self.eos_id = beam, bos_id, eos_id
@@ -218,22 +242,37 @@ class BeamBatch:
             "pool_size": np.zeros(capacity, np.int64), "pool_capacity": np.ones(capacity, np.int64),
             "pool_worst": np.full(capacity, -np.inf), "done": np.zeros(capacity, bool),
             "sequences": np.zeros((capacity, k, t), np.int32),
+            "forced": np.zeros((capacity, t), np.int32), "n_forced": np.zeros(capacity, np.int64),
+            "prompt": np.zeros(capacity, np.int64),
         }
         for name, array in fresh.items():
             if b:
                 old = getattr(self, name)
                 if array.ndim == 3:
                     array[:b, :, : old.shape[2]] = old[:b]
+                elif array.ndim == 2 and name == "forced":
+                    array[:b, : old.shape[1]] = old[:b]
                 else:
                     array[:b] = old[:b]
             setattr(self, name, array)
         self.capacity = capacity
 
-    def add(self, options: SearchOptions, source_length: int) -> int:
-        """A new sentence in the next row; returns the row."""
+    @staticmethod
+    def steps_for(options: SearchOptions, source_length: int, prefix: TargetPrefix = NO_PREFIX) -> int:
+        """The most steps a sentence may take: its maximum generated length after its prompt."""
+        return options.max_length_for(source_length) + prefix.prompt
+
+    def add(self, options: SearchOptions, source_length: int, prefix: TargetPrefix = NO_PREFIX,
+            max_steps: int | None = None) -> int:
+        """A new sentence in the next row; returns the row. ``max_steps`` caps its steps (the
+        server's target length), prompt included."""
         if options.beam_size != self.k:
             raise ValueError(f"beam_size {options.beam_size} in a batch of beam {self.k}")
-        max_len = options.max_length_for(source_length)
+        if self.eos_id in prefix.tokens:
+            raise ValueError("a target prefix cannot hold the end-of-sentence token")
+        max_len = self.steps_for(options, source_length, prefix)
+        if max_steps is not None:
+            max_len = min(max_len, max_steps)
         if self.size == self.capacity or max_len > self.max_steps:
             self.max_steps = max(self.max_steps, max_len)
             self._grow(2 * self.capacity if self.size == self.capacity else self.capacity)
@@ -241,7 +280,9 @@ class BeamBatch:
         self.scores[row] = _INITIAL_OTHER_BEAMS
         self.scores[row, 0] = 0.0
         self.tokens[row], self.parents[row] = self.bos_id, 0
-        self.t[row], self.max_len[row], self.min_len[row] = 0, max_len, options.min_length
+        self.t[row], self.max_len[row], self.min_len[row] = 0, max_len, options.min_length + prefix.prompt
+        self.forced[row, : len(prefix.tokens)] = prefix.tokens
+        self.n_forced[row], self.prompt[row] = len(prefix.tokens), prefix.prompt
         self.penalty[row], self.stopping[row] = options.length_penalty, _EARLY_STOPPING[options.early_stopping]
         self.pool_size[row], self.pool_capacity[row], self.pool_worst[row] = 0, options.n_finished, -np.inf
         self.done[row] = False
@@ -294,7 +335,21 @@ class BeamBatch:
             cand = (scores[:, :, None] + log_probs).reshape(b, k * vocab)
             top = _topk_desc(cand, 2 * k)  # (b, 2K)
             top_scores = np.take_along_axis(cand, top, axis=1)
-        self._apply(top // vocab, top % vocab, top_scores)
+        top_beam, top_token = top // vocab, top % vocab
+        forcing = np.flatnonzero(self.t[:b] < self.n_forced[:b])
+        if len(forcing):
+            self._force(forcing, top_beam, top_token, top_scores)
+        self._apply(top_beam, top_token, top_scores)
+
+    def _force(self, rows: np.ndarray, top_beam: np.ndarray, top_token: np.ndarray, top_scores: np.ndarray) -> None:
+        """Rows still in their prefix: every beam continues itself with the forced token and its
+        running score (the forced token adds 0), the other candidates are dropped."""
+        k = self.k
+        top_beam[rows] = 0
+        top_beam[rows, :k] = np.arange(k)
+        top_token[rows] = self.forced[rows, self.t[rows]][:, None]
+        top_scores[rows] = -np.inf
+        top_scores[rows, :k] = self.scores[rows]
 
     def _apply(self, top_beam: np.ndarray, top_token: np.ndarray, top_scores: np.ndarray) -> None:
         """Apply one step's ranked candidates (b, n), best first: finished hypotheses go to each
@@ -308,13 +363,14 @@ class BeamBatch:
             n = k
         t = self.t[:b].copy()
         gen_len = t + 1
+        counted = np.maximum(gen_len - self.prompt[:b], 1)  # the length the penalty sees
         at_max = gen_len >= self.max_len[:b]
         is_eos = top_token == eos
         # Only candidates ranked in the top K may finish (transformers' rule); at the maximum length
         # every top-K candidate finishes, whatever its token.
         finishing = (is_eos | at_max[:, None]) & (np.arange(n) < k) & (top_scores > -np.inf)
         if finishing.any():
-            self._finish(finishing, top_beam, top_token, top_scores, gen_len)
+            self._finish(finishing, top_beam, top_token, top_scores, counted)
         running = ~is_eos
         chosen = running & (np.cumsum(running, axis=1) <= k)
         order = np.argsort(~chosen, axis=1, kind="stable")[:, :k]  # the chosen, in rank order, first
@@ -327,24 +383,25 @@ class BeamBatch:
         self.sequences[:b, :, :width] = self.sequences[:b, :, :width][rows, parents]
         self.sequences[rows[:, 0], :, t] = tokens
         self.tokens[:b], self.parents[:b], self.scores[:b], self.t[:b] = tokens, parents, scores, gen_len
-        self.done[:b] = at_max | self._cannot_improve(scores[:, 0], gen_len)
+        self.done[:b] = at_max | self._cannot_improve(scores[:, 0], counted)
 
-    def _finish(self, finishing, top_beam, top_token, top_scores, gen_len) -> None:
+    def _finish(self, finishing, top_beam, top_token, top_scores, counted) -> None:
         for row, col in zip(*np.nonzero(finishing), strict=True):  # row-major: rank order per sentence
             score = float(top_scores[row, col])
             tokens = [*self.prefix(int(row), int(top_beam[row, col])), int(top_token[row, col])]
             pool = self.pools[row]
-            pool.add(Hypothesis(tokens, score / float(gen_len[row]) ** float(self.penalty[row]), score))
+            pool.add(Hypothesis(tokens, score / float(counted[row]) ** float(self.penalty[row]), score))
             self.pool_size[row], self.pool_worst[row] = len(pool.hyps), pool.worst()
 
-    def _cannot_improve(self, best_running: np.ndarray, gen_len: np.ndarray) -> np.ndarray:
+    def _cannot_improve(self, best_running: np.ndarray, counted: np.ndarray) -> np.ndarray:
         """Per row: the pool is full and either early_stopping=True, or the best running beam,
         normalised by the current length (by the maximum length with "never" and a positive
-        penalty), cannot beat the pool's worst."""
+        penalty), cannot beat the pool's worst. Lengths count after the prompt."""
         b = self.size
         full = self.pool_size[:b] >= self.pool_capacity[:b]
         penalty, stopping = self.penalty[:b], self.stopping[:b]
-        length = np.where((stopping == 2) & (penalty > 0), self.max_len[:b], gen_len).astype(np.float64)
+        length = np.where((stopping == 2) & (penalty > 0), self.max_len[:b] - self.prompt[:b],
+                          counted).astype(np.float64)
         bound = best_running / length**penalty  # lengths >= 1: finite, or -inf for a dead beam
         return full & ((stopping == 1) | (bound <= self.pool_worst[:b]))
 
@@ -357,18 +414,22 @@ def beam_search(
     *,
     bos_id: int,
     eos_id: int,
+    prefixes: Sequence[TargetPrefix] | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode ``batch_size`` sentences; returns, per sentence, its best hypotheses (best first).
 
     Each sentence's result is independent of the others in the batch; finished sentences leave
-    the running batch at once.
+    the running batch at once. ``prefixes``: per sentence, the tokens its hypotheses start with.
     """
     lengths = [int(n) for n in source_lengths]
     assert len(lengths) == batch_size
+    prefixes = list(prefixes) if prefixes is not None else [NO_PREFIX] * batch_size
+    assert len(prefixes) == batch_size
     batch = BeamBatch(options.beam_size, bos_id=bos_id, eos_id=eos_id, capacity=batch_size,
-                      max_steps=max((options.max_length_for(n) for n in lengths), default=1))
-    for n in lengths:
-        batch.add(options, n)
+                      max_steps=max((BeamBatch.steps_for(options, n, p) for n, p in zip(lengths, prefixes, strict=True)),
+                                    default=1))
+    for n, prefix in zip(lengths, prefixes, strict=True):
+        batch.add(options, n, prefix)
     sentence = np.arange(batch_size)  # the sentence in each row
     results: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
     parents = batch_index = None

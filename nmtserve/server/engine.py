@@ -50,7 +50,14 @@ from typing import Any, Protocol
 import numpy as np
 
 from .. import graphs
-from ..decoding.search import BeamBatch, Candidates, Hypothesis, SearchOptions
+from ..decoding.search import (
+    NO_PREFIX,
+    BeamBatch,
+    Candidates,
+    Hypothesis,
+    SearchOptions,
+    TargetPrefix,
+)
 from ..graphs import pad_batch
 from ..runtime.arrays import HOST, ArrayBackend
 from ..runtime.spec import ModelSpec
@@ -84,23 +91,35 @@ class _Request:
     next_sentence: int = 0  # sentences before this one have been admitted
     cancelled: Callable[[], bool] | None = None
     queued_at: float = field(default_factory=time.monotonic)
+    prefixes: Sequence[TargetPrefix] = ()  # per sentence; () for none
 
     def __post_init__(self) -> None:
         self.results = [None] * len(self.sources)
         self.remaining = len(self.sources)
 
+    def prefix(self, i: int) -> TargetPrefix:
+        return self.prefixes[i] if self.prefixes else NO_PREFIX
 
-def check_request(sources: Sequence[Sequence[int]], options: SearchOptions, spec: ModelSpec, max_beam: int) -> None:
+
+def check_request(sources: Sequence[Sequence[int]], options: SearchOptions, spec: ModelSpec, max_beam: int,
+                  prefixes: Sequence[TargetPrefix] | None = None) -> None:
     """What a loop refuses at submit, checked before any part of a request is queued."""
     if options.beam_size > max_beam:
         raise ValueError(f"beam_size {options.beam_size} exceeds this server's maximum {max_beam}")
     too_long = [i for i, src in enumerate(sources) if len(src) > spec.max_source_len]
     if too_long:  # the encoder's profile (TensorRT) and positions end there
         raise ValueError(f"source {too_long[0]} has more than max_source_len={spec.max_source_len} tokens")
+    if prefixes:
+        if len(prefixes) != len(sources):
+            raise ValueError(f"{len(prefixes)} target prefixes for {len(sources)} sentences")
+        too_long = [i for i, p in enumerate(prefixes) if len(p.tokens) >= spec.max_target_len]
+        if too_long:
+            raise ValueError(f"the target prefix of sentence {too_long[0]} has {len(prefixes[too_long[0]].tokens)} "
+                             f"tokens, the most is {spec.max_target_len - 1} (max_target_len - 1)")
 
 
 def _wait_for(submit: Callable, sources: Sequence[Sequence[int]], options: SearchOptions,
-              timeout: float | None) -> list[list[Hypothesis]]:
+              timeout: float | None, prefixes: Sequence[TargetPrefix] | None = None) -> list[list[Hypothesis]]:
     """``submit`` a request and block until its callback runs; its error is raised here."""
     done = threading.Event()
     box: dict = {}
@@ -109,7 +128,7 @@ def _wait_for(submit: Callable, sources: Sequence[Sequence[int]], options: Searc
         box["results"], box["error"] = results, error
         done.set()
 
-    submit(sources, options, callback)
+    submit(sources, options, callback, prefixes=prefixes)
     if not done.wait(timeout):
         raise TimeoutError("translation did not finish in time")
     if box["error"] is not None:
@@ -207,10 +226,12 @@ class InflightBatcher:
         return sum(g.size * g.k for g in self._groups.values())
 
     def submit(self, sources: Sequence[Sequence[int]], options: SearchOptions, callback: Callback,
-               cancelled: Callable[[], bool] | None = None) -> None:
-        """Queue sentences (id lists ending with EOS); ``callback(results, error)`` runs in the engine thread."""
-        check_request(sources, options, self.spec, self.max_beam)
-        request = _Request([list(s) for s in sources], options, callback, cancelled=cancelled)
+               cancelled: Callable[[], bool] | None = None, prefixes: Sequence[TargetPrefix] | None = None) -> None:
+        """Queue sentences (id lists ending with EOS), each with its target prefix if any;
+        ``callback(results, error)`` runs in the engine thread."""
+        check_request(sources, options, self.spec, self.max_beam, prefixes)
+        request = _Request([list(s) for s in sources], options, callback, cancelled=cancelled,
+                           prefixes=list(prefixes or ()))
         if not request.sources:
             callback([], None)
             return
@@ -221,9 +242,10 @@ class InflightBatcher:
             self.pending.append(request)
             self._cond.notify()
 
-    def translate(self, sources: Sequence[Sequence[int]], options: SearchOptions, timeout: float | None = None) -> list[list[Hypothesis]]:
+    def translate(self, sources: Sequence[Sequence[int]], options: SearchOptions, timeout: float | None = None,
+                  prefixes: Sequence[TargetPrefix] | None = None) -> list[list[Hypothesis]]:
         """Blocking convenience wrapper (tests, benchmarks)."""
-        return _wait_for(self.submit, sources, options, timeout)
+        return _wait_for(self.submit, sources, options, timeout, prefixes)
 
     def take_peak(self) -> int:
         """The largest running batch since the previous call (the metrics reporter's)."""
@@ -297,7 +319,7 @@ class InflightBatcher:
         if not admitted:
             return
         sources = [r.sources[i] for r, i in admitted]
-        longest = max(r.options.max_length_for(len(s)) for (r, _), s in zip(admitted, sources, strict=True))
+        longest = max(self._steps(r, i) for r, i in admitted)
         self._reserve(longest)
         src = pad_batch(sources, self.spec.pad_id, np.int32)
         try:
@@ -308,10 +330,17 @@ class InflightBatcher:
             return
         for row, (request, i) in enumerate(admitted):
             group = self._group(request.options.beam_size, len(sources[row]))
-            group.add(request, i, self.g, len(sources[row]), [k_[row] for k_ in keys], [v_[row] for v_ in values])
+            group.add(request, i, self.g, len(sources[row]), [k_[row] for k_ in keys], [v_[row] for v_ in values],
+                      self._steps(request, i))
         running = self.running
         self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], running)
         self.stats["peak_running"] = max(self.stats["peak_running"], running)
+
+    def _steps(self, request: _Request, i: int) -> int:
+        """The most steps sentence ``i`` may take: its maximum length after its prompt, within
+        the export's target length (the decoder's positions and profile end there)."""
+        steps = BeamBatch.steps_for(request.options, len(request.sources[i]), request.prefix(i))
+        return min(steps, self.spec.max_target_len)
 
     def _reserve(self, longest: int) -> None:
         """Make the pools long enough for sentences of up to ``longest`` steps: the longest live
@@ -534,12 +563,14 @@ class _Group:
         if need > self.width or self.width > 2 * need:
             self._resize(self.capacity, need)
 
-    def add(self, request: _Request, index: int, start: int, src_len: int, keys: list, values: list) -> None:
-        """Append a sentence with its encoder outputs (per layer (h, d_k, S) / (h, S, d_k), S >= src_len)."""
+    def add(self, request: _Request, index: int, start: int, src_len: int, keys: list, values: list,
+            steps: int | None = None) -> None:
+        """Append a sentence with its encoder outputs (per layer (h, d_k, S) / (h, S, d_k), S >= src_len),
+        to take at most ``steps`` steps."""
         if self.size == self.capacity:
             self._resize(min(2 * self.capacity, self.engine.max_sentences), self.width)
         row = self.size
-        self.search.add(request.options, src_len)
+        self.search.add(request.options, src_len, request.prefix(index), max_steps=steps)
         self.start[row], self.src_len[row] = start, src_len
         for layer in range(self.spec.layers):
             self.keys[layer][row, :, :, :src_len] = keys[layer][:, :, :src_len]
@@ -608,18 +639,18 @@ class EnginePool:
             engine.stop(timeout)
 
     def submit(self, sources: Sequence[Sequence[int]], options: SearchOptions, callback: Callback,
-               cancelled: Callable[[], bool] | None = None) -> None:
+               cancelled: Callable[[], bool] | None = None, prefixes: Sequence[TargetPrefix] | None = None) -> None:
         """A request of one sentence goes to the least-loaded loop; a larger one is split evenly
         over the loops (so a bulk request keeps every core busy) and answered once, in order,
         when every part is done, or with the first part's error."""
         sources = list(sources)
-        check_request(sources, options, self.spec, self.max_beam)
+        check_request(sources, options, self.spec, self.max_beam, prefixes)
         self.limits.check(self.queued, len(sources))
         parts = min(len(self.engines), len(sources))
         if parts <= 1:
             with self._lock:  # two submits at once must not both pick the same idle loop
                 engine = min(self.engines, key=lambda e: e.running + e.queued)
-                engine.submit(sources, options, callback, cancelled=cancelled)
+                engine.submit(sources, options, callback, cancelled=cancelled, prefixes=prefixes)
             return
         bounds = [len(sources) * i // parts for i in range(parts + 1)]
         results: list = [None] * len(sources)
@@ -646,11 +677,13 @@ class EnginePool:
 
         with self._lock:
             for engine, lo, hi in zip(self.engines, bounds, bounds[1:], strict=False):
-                engine.submit(sources[lo:hi], options, part_done(lo), cancelled=cancelled)
+                engine.submit(sources[lo:hi], options, part_done(lo), cancelled=cancelled,
+                              prefixes=prefixes[lo:hi] if prefixes else None)
 
-    def translate(self, sources: Sequence[Sequence[int]], options: SearchOptions, timeout: float | None = None) -> list[list[Hypothesis]]:
+    def translate(self, sources: Sequence[Sequence[int]], options: SearchOptions, timeout: float | None = None,
+                  prefixes: Sequence[TargetPrefix] | None = None) -> list[list[Hypothesis]]:
         """Blocking convenience wrapper (tests, benchmarks)."""
-        return _wait_for(self.submit, sources, options, timeout)
+        return _wait_for(self.submit, sources, options, timeout, prefixes)
 
     def take_peak(self) -> int:
         return sum(e.take_peak() for e in self.engines)
