@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from helpers import build, sources, staggered
 
-from nmtserve.decoding.search import SearchOptions
+from nmtserve.decoding.search import SearchOptions, TargetPrefix
 from nmtserve.model.reference import reference_decode
 from nmtserve.server.engine import InflightBatcher
 
@@ -40,6 +40,22 @@ def test_staggered_concurrent_requests_equal_the_reference(tiny):
     engine.stop()
     assert tokens(got) == want
     assert engine.stats["max_batch_seen"] == 6  # capacity was the limit: sentences queued and joined later
+
+
+def test_sentences_with_target_prefixes_share_the_batch_and_equal_the_reference(tiny):
+    model, onnx_model = tiny
+    srcs = sources(12, model.config.src_vocab_size, seed=3)
+    # None, a forced token (as a language token), a prompt of three tokens, in turns.
+    kinds = [TargetPrefix(), TargetPrefix((7,)), TargetPrefix((9, 5, 6), prompt=3)]
+    prefixes = [kinds[i % 3] for i in range(len(srcs))]
+    opts = dataclasses.replace(OPTS, max_length=20)  # + a prompt of 3: within the engine's 24 steps
+    want = tokens(reference_decode(model, srcs, opts, prefixes))
+    assert all(w[0][: len(p.tokens)] == list(p.tokens) for w, p in zip(want, prefixes, strict=True))
+    engine = engine_for(onnx_model)
+    done = [engine.translate(srcs[i : i + 3], opts, timeout=60, prefixes=prefixes[i : i + 3]) for i in range(0, 12, 3)]
+    engine.stop()
+    assert tokens([h for part in done for h in part]) == want
+    assert tokens(reference_decode(model, srcs, opts)) != want  # the prefixes changed the results
 
 
 def test_cache_pool_compaction_keeps_results_exact(tiny):

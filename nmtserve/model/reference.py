@@ -12,7 +12,14 @@ import numpy as np
 import torch
 
 from .. import graphs
-from ..decoding.search import Hypothesis, SearchOptions, beam_search
+from ..decoding.search import (
+    NO_PREFIX,
+    BeamBatch,
+    Hypothesis,
+    SearchOptions,
+    TargetPrefix,
+    beam_search,
+)
 from ..graphs import pad_batch
 from ..runtime.lockstep import LockstepModel, step_model
 from ..runtime.spec import ModelSpec
@@ -75,14 +82,17 @@ class TorchRuntime:
 
 
 def reference_decode(
-    model: Transformer, batch: Sequence[Sequence[int]], options: SearchOptions
+    model: Transformer, batch: Sequence[Sequence[int]], options: SearchOptions,
+    prefixes: Sequence[TargetPrefix] | None = None,
 ) -> list[list[Hypothesis]]:
-    """Beam-search a batch of source id lists (each ending with EOS) with the PyTorch model."""
+    """Beam-search a batch of source id lists (each ending with EOS) with the PyTorch model,
+    each sentence with its target prefix if given."""
     cfg = model.config
     lengths = [len(ids) for ids in batch]
-    max_steps = max(options.max_length_for(n) for n in lengths)
+    prefixes = list(prefixes) if prefixes is not None else [NO_PREFIX] * len(batch)
+    max_steps = max(BeamBatch.steps_for(options, n, p) for n, p in zip(lengths, prefixes, strict=True))
     stepper = TorchRuntime(model).step_model(pad_batch(batch, cfg.pad_id), options.beam_size, max_steps)
-    return beam_search(stepper, len(batch), lengths, options, bos_id=cfg.bos_id, eos_id=cfg.eos_id)
+    return beam_search(stepper, len(batch), lengths, options, bos_id=cfg.bos_id, eos_id=cfg.eos_id, prefixes=prefixes)
 
 
 def translate(
