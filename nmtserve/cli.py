@@ -68,7 +68,18 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from .server.cli import serve_main
 
-    return serve_main(args)
+    if args.gateway_port is None:
+        return serve_main(args)
+    from .gateway.sidecar import gateway_beside
+
+    with gateway_beside(args):
+        return serve_main(args)
+
+
+def _cmd_gateway(args: argparse.Namespace) -> int:
+    from .gateway.cli import gateway_main
+
+    return gateway_main(args)
 
 
 class _DefaultsFormatter(argparse.HelpFormatter):
@@ -150,8 +161,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "keeps the lines aligned (default); skip: no output line; fail: stop there. "
                         "Exit status 2 when any line was rejected")
     _add_search_options(p)
-    p.add_argument("--source-lang", metavar="CODE", help="source language, for a server of several pairs (en)")
-    p.add_argument("--target-lang", metavar="CODE", help="target language, for a server of several pairs (fr)")
+    p.add_argument("--source-lang", metavar="CODE",
+                   help="source language, for a server of several pairs or a multilingual model (en, eng_Latn)")
+    p.add_argument("--target-lang", metavar="CODE",
+                   help="target language, for a server of several pairs or a multilingual model (fr, fra_Latn; "
+                        "`nmtserve languages` lists them)")
+    p.add_argument("--target-prefix", metavar="TEXT", default=None,
+                   help="every translation starts with TEXT (forced, then decoding continues; not with --document)")
     p.set_defaults(func=_cmd_translate)
 
     p = sub.add_parser("pairs", help="list the language pairs a server translates")
@@ -224,7 +240,51 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grpc-port", type=int, default=8001, help="gRPC port")
     p.add_argument("--metrics-port", type=int, default=8002, help="Prometheus metrics port")
     p.add_argument("--log-verbose", type=int, default=0, help="tritonserver's log verbosity")
+    p.add_argument("--gateway-port", type=int, default=None, metavar="PORT",
+                   help="also run `nmtserve gateway` on PORT (5000: LibreTranslate's), bound to --host: the "
+                        "LibreTranslate and DeepL APIs and the web page (needs nmtserve[gateway])")
     p.set_defaults(func=_cmd_serve)
+
+    from .gateway import config as gw  # dependency-free: the gateway's defaults
+
+    p = sub.add_parser(
+        "gateway", help="LibreTranslate- and DeepL-compatible HTTP APIs and a web page, on top of Triton",
+        description="An HTTP service in front of Triton (reached through the nmtserve client: replicas, "
+                    "failover, TLS): LibreTranslate's API (/translate, /detect, /languages, /translate_file, ...), "
+                    "DeepL's API v2 (/v2/translate, /v2/languages) and a page to translate in at /. "
+                    "Needs nmtserve[gateway].",
+    )
+    p.add_argument("--url", action="append", default=None, metavar="URL",
+                   help="Triton's address (default localhost:8001, gRPC); repeat it or separate with commas for "
+                        "replicas; dns:///NAME:PORT for every address of NAME; grpcs:// or https:// for TLS")
+    p.add_argument("--protocol", choices=["grpc", "http"], default="grpc", help="how to reach Triton")
+    p.add_argument("--model", default="translate", help="Triton model name")
+    p.add_argument("--host", default=gw.DEFAULT_HOST, help="address to bind (0.0.0.0: every interface)")
+    p.add_argument("--port", type=int, default=gw.DEFAULT_PORT, help="port to listen on")
+    p.add_argument("--languages", action="append", default=None, metavar="SRC-TGT",
+                   help=f"the language pair(s) of a repository exported without --pair (default: "
+                        f"{','.join(gw.DEFAULT_UNNAMED_PAIRS)}, the demo's); "
+                        "a repository of pairs names its own")
+    p.add_argument("--api-keys", metavar="FILE",
+                   help="require an API key: FILE lists one per line, KEY [REQUESTS_PER_MINUTE [CHAR_LIMIT]] "
+                        "(0 or none: unlimited)")
+    p.add_argument("--char-limit", type=int, default=gw.DEFAULT_CHAR_LIMIT, help="characters per text (-1: no limit)")
+    p.add_argument("--alternatives-limit", type=int, default=gw.DEFAULT_ALTERNATIVES_LIMIT,
+                   help="most alternatives a request may ask for")
+    p.add_argument("--frontend-timeout", type=int, default=gw.DEFAULT_FRONTEND_TIMEOUT_MS, metavar="MS",
+                   help="the page translates after this pause in typing")
+    p.add_argument("--files-dir", metavar="DIR", help="where translated files wait for download (default: a temporary directory)")
+    p.add_argument("--timeout", type=float, default=gw.DEFAULT_TIMEOUT, help="seconds per request to Triton")
+    p.add_argument("--concurrency", type=int, default=gw.DEFAULT_CONCURRENCY, help="requests in flight to Triton")
+    p.add_argument("--access-log", action="store_true", help="log every request")
+    p.add_argument("--header", action="append", default=[], metavar="NAME=VALUE",
+                   help="send this header with every request to Triton (repeatable)")
+    p.add_argument("--tls", action="store_true", help="TLS to Triton with the system's certificate authorities")
+    p.add_argument("--tls-ca", metavar="PEM", help="TLS: trust these certificate authorities (implies --tls)")
+    p.add_argument("--tls-cert", metavar="PEM", help="TLS: client certificate, for mutual TLS (with --tls-key)")
+    p.add_argument("--tls-key", metavar="PEM", help="TLS: the client certificate's private key")
+    p.add_argument("--tls-server-name", metavar="NAME", help="TLS: check the server certificate against NAME")
+    p.set_defaults(func=_cmd_gateway)
     return parser
 
 

@@ -23,6 +23,9 @@ TRANSLATION = "TRANSLATION"  # [n] best translation, same order as TEXT
 SCORE = "SCORE"  # [n] its length-normalised log-probability
 NBEST_TRANSLATION = "NBEST_TRANSLATION"  # [n, k]
 NBEST_SCORE = "NBEST_SCORE"  # [n, k]
+# [n] optional: per sentence, text its translation must start with ("" = none); forced after the
+# target language token, returned as part of the translation (CTranslate2's target_prefix)
+TARGET_PREFIX = "TARGET_PREFIX"
 
 # -- between the ensemble's steps (and for callers of `generate` with their own ids)
 SRC_IDS = "SRC_IDS"  # [n, S] int32, padded
@@ -30,12 +33,21 @@ SRC_LEN = "SRC_LEN"  # [n] int32
 OUT_IDS = "OUT_IDS"  # [n, k, T] int32
 OUT_LEN = "OUT_LEN"  # [n, k] int32
 OUT_SCORE = "OUT_SCORE"  # [n, k] fp32
+# Per sentence, the tokens forced after the decoder start token (the target language token, then
+# the target prefix): FORCED_IDS [n, F] int32 padded, FORCED_LEN [n], and PROMPT_LEN [n], how many
+# of them are a decoder prompt not counted in lengths (nmtserve.decoding.search.TargetPrefix)
+FORCED_IDS = "FORCED_IDS"
+FORCED_LEN = "FORCED_LEN"
+PROMPT_LEN = "PROMPT_LEN"
 
-# -- language pairs: a repository of several models (``nmtserve export --pair SRC-TGT``) serves
-# `translate` as a router to the pair's own ensemble (`translate_en_fr`, ...)
-SOURCE_LANG = "SOURCE_LANG"  # [1] optional: source language code ("en")
-TARGET_LANG = "TARGET_LANG"  # [1] optional: target language code ("fr")
+# -- languages. A repository of several pair models (``nmtserve export --pair SRC-TGT``) serves
+# `translate` as a router to the pair's own ensemble (`translate_en_fr`, ...); a multilingual
+# model (NLLB-200, M2M100, mBART-50) takes the languages in its own ensemble, per request
+# (SOURCE_LANG) and per sentence (TARGET_LANG [n]).
+SOURCE_LANG = "SOURCE_LANG"  # [1] optional: source language code ("en", "fra_Latn")
+TARGET_LANG = "TARGET_LANG"  # [1] or [n] (multilingual models: one per sentence) optional: target language code
 PAIRS_PARAMETER = "pairs"  # the router's config parameter: "en-fr,de-fr"
+LANGUAGES_PARAMETER = "languages"  # a multilingual ensemble's config parameter: its model codes, "eng_Latn,fra_Latn"
 PAIR_PATTERN = r"[A-Za-z][A-Za-z0-9]{0,7}(?:_[A-Za-z0-9]{1,8})?"  # one side: "en", "pt_BR"
 
 
@@ -67,14 +79,22 @@ OPTION_INPUTS = {BEAM_SIZE: "TYPE_INT32", MAX_LENGTH: "TYPE_INT32", LENGTH_PENAL
 OPTIONS = [Tensor(name, t, (1,), optional=True) for name, t in OPTION_INPUTS.items()]
 
 LANGUAGES = [Tensor(SOURCE_LANG, "TYPE_STRING", (1,), optional=True),
-             Tensor(TARGET_LANG, "TYPE_STRING", (1,), optional=True)]
-TRANSLATE_INPUTS = [Tensor(TEXT, "TYPE_STRING", (-1,)), *OPTIONS]
-ROUTER_INPUTS = [*TRANSLATE_INPUTS, *LANGUAGES]
+             Tensor(TARGET_LANG, "TYPE_STRING", (-1,), optional=True)]
+TARGET_PREFIXES = Tensor(TARGET_PREFIX, "TYPE_STRING", (-1,), optional=True)
+TRANSLATE_INPUTS = [Tensor(TEXT, "TYPE_STRING", (-1,)), *OPTIONS, TARGET_PREFIXES]
+# The pair router's and a multilingual ensemble's inputs.
+LANGUAGE_INPUTS = [*TRANSLATE_INPUTS, *LANGUAGES]
+ROUTER_INPUTS = LANGUAGE_INPUTS
 TRANSLATE_OUTPUTS = [Tensor(TRANSLATION, "TYPE_STRING", (-1,)), Tensor(SCORE, "TYPE_FP32", (-1,)),
                      Tensor(NBEST_TRANSLATION, "TYPE_STRING", (-1, -1)), Tensor(NBEST_SCORE, "TYPE_FP32", (-1, -1))]
-TOKENIZE_INPUTS = [Tensor(TEXT, "TYPE_STRING", (-1,))]
-TOKENIZE_OUTPUTS = [Tensor(SRC_IDS, "TYPE_INT32", (-1, -1)), Tensor(SRC_LEN, "TYPE_INT32", (-1,))]
-GENERATE_INPUTS = [*TOKENIZE_OUTPUTS, *OPTIONS]
+TOKENIZE_INPUTS = [Tensor(TEXT, "TYPE_STRING", (-1,)), TARGET_PREFIXES]
+MULTILINGUAL_TOKENIZE_INPUTS = [*TOKENIZE_INPUTS, *LANGUAGES]
+SOURCE_TENSORS = [Tensor(SRC_IDS, "TYPE_INT32", (-1, -1)), Tensor(SRC_LEN, "TYPE_INT32", (-1,))]
+FORCED_TENSORS = [Tensor(FORCED_IDS, "TYPE_INT32", (-1, -1)), Tensor(FORCED_LEN, "TYPE_INT32", (-1,)),
+                  Tensor(PROMPT_LEN, "TYPE_INT32", (-1,))]
+TOKENIZE_OUTPUTS = [*SOURCE_TENSORS, *FORCED_TENSORS]
+# A caller of `generate` with its own ids may leave the forced tokens out.
+GENERATE_INPUTS = [*SOURCE_TENSORS, *OPTIONS, *(Tensor(t.name, t.triton_type, t.dims, optional=True) for t in FORCED_TENSORS)]
 GENERATE_OUTPUTS = [Tensor(OUT_IDS, "TYPE_INT32", (-1, -1, -1)), Tensor(OUT_LEN, "TYPE_INT32", (-1, -1)),
                     Tensor(OUT_SCORE, "TYPE_FP32", (-1, -1))]
 DETOKENIZE_INPUTS = GENERATE_OUTPUTS

@@ -40,3 +40,69 @@ def test_an_export_without_a_recorded_source_vocabulary_skips_only_that_check():
     assert parse_sources(np.array([[500, 2]]), np.array([2]), spec) == [[500, 2]]
     with pytest.raises(InputError, match="token id -1"):
         parse_sources(np.array([[-1, 2]]), np.array([2]), spec)
+
+
+# ---- target prefixes and per-sentence inputs
+
+
+def _bytes(*items):
+    return np.array([i.encode() for i in items], dtype=np.object_)
+
+
+def test_a_text_input_is_one_value_for_all_or_one_per_sentence():
+    from nmtserve.server.protocol import decode_strings
+
+    assert decode_strings("TARGET_LANG", None, 3, per_sentence=True) is None
+    assert decode_strings("TARGET_LANG", _bytes("fr"), 3, per_sentence=True) == ["fr"] * 3
+    assert decode_strings("TARGET_LANG", _bytes("fr", "de", "fr"), 3, per_sentence=True) == ["fr", "de", "fr"]
+    with pytest.raises(InputError, match=r"TARGET_LANG must be \[1\] or \[3\]"):
+        decode_strings("TARGET_LANG", _bytes("fr", "de"), 3, per_sentence=True)
+    with pytest.raises(InputError, match=r"SOURCE_LANG must be \[1\]"):
+        decode_strings("SOURCE_LANG", _bytes("fr", "de"), 2, per_sentence=False)
+    with pytest.raises(InputError, match=r"TARGET_PREFIX\[1\] is not valid UTF-8"):
+        decode_strings("TARGET_PREFIX", np.array([b"ok", b"\xff"], dtype=np.object_), 2, per_sentence=True)
+
+
+def test_forced_tokens_become_one_target_prefix_per_sentence():
+    from nmtserve.decoding.search import TargetPrefix
+    from nmtserve.server.protocol import parse_prefixes
+
+    ids = np.array([[7, 8, 0], [0, 0, 0], [9, 0, 0]], dtype=np.int32)
+    got = parse_prefixes(ids, np.array([2, 0, 1], np.int32), np.array([2, 0, 0], np.int32), 3, SPEC)
+    assert got == [TargetPrefix((7, 8), prompt=2), TargetPrefix(), TargetPrefix((9,))]
+    assert parse_prefixes(None, None, None, 3, SPEC) is None
+    assert parse_prefixes(ids, np.zeros(3, np.int32), np.zeros(3, np.int32), 3, SPEC) is None  # all empty
+
+
+@pytest.mark.parametrize("ids, lengths, prompts, message", [
+    ([[7, 8]], [2], None, "go together"),
+    ([[7, 8]], [2, 1], [0, 0], "go together"),
+    ([[7, 8]], [3], [0], "FORCED_LEN"),
+    ([[7, 8]], [1], [2], "PROMPT_LEN"),
+    ([[7, 2]], [2], [0], "end-of-sentence"),
+    ([[7, 95]], [2], [0], "outside the target vocabulary"),
+])
+def test_bad_forced_tokens_are_named(ids, lengths, prompts, message):
+    from nmtserve.server.protocol import parse_prefixes
+
+    arrays = [np.array(x, dtype=np.int32) if x is not None else None for x in (ids, lengths, prompts)]
+    with pytest.raises(InputError, match=message):
+        parse_prefixes(*arrays, 1, SPEC)
+
+
+def test_tokenize_puts_a_target_prefix_in_the_prompt(demo_checkpoint):
+    from nmtserve import contract as c
+    from nmtserve.server.protocol import tokenize_request
+
+    tok = demo_checkpoint.tokenizer
+    spec = ModelSpec(layers=2, heads=4, d_k=8, vocab=1000, max_positions=300, pad_id=0, bos_id=1, eos_id=2,
+                     unk_id=3, max_source_len=256, max_target_len=256)
+    out = tokenize_request(tok, ["one apple", "two apples"], spec, prefixes=["Une", ""])
+    assert out[c.SRC_IDS][0, : out[c.SRC_LEN][0]].tolist() == tok.encode("one apple")
+    prefix = tok.encode_target("Une")[:-1]
+    assert out[c.FORCED_IDS][0, : out[c.FORCED_LEN][0]].tolist() == prefix
+    assert out[c.FORCED_LEN].tolist() == [len(prefix), 0] and out[c.PROMPT_LEN].tolist() == [len(prefix), 0]
+    with pytest.raises(InputError, match=r"TARGET_PREFIX\[0\] is too long"):
+        tokenize_request(tok, ["one"], spec, prefixes=["un " * 200])
+    with pytest.raises(InputError, match=r"TEXT\[1\] is too long"):
+        tokenize_request(tok, ["one", "one " * 300], spec)

@@ -375,3 +375,42 @@ def test_limits_refuse_oversized_requests_and_overload_with_clear_retryable_erro
                             for s, m in busy), busy[:3]
         assert all(correct for s, correct in outcomes if s == "ok") and len(outcomes) == 12
         assert infer(client, grpcclient, texts[:2])[0] == want[:2]  # still serving
+
+
+def test_a_target_prefix_starts_each_translation_as_the_reference_decodes_it(demo_server, demo_checkpoint,
+                                                                            demo_sentences):
+    """TARGET_PREFIX (one per sentence, "" = none) is forced as a decoder prompt, in the same
+    in-flight batch as sentences without one, over gRPC and HTTP through the client."""
+    from nmtserve.client import Translator
+    from nmtserve.decoding.search import NO_PREFIX, TargetPrefix
+    from nmtserve.model.reference import reference_decode
+
+    texts = demo_sentences[:6]
+    prefixes = ["Le", "", "Il y a", "Nous", "", "Le 3"]
+    tok, model = demo_checkpoint.tokenizer, demo_checkpoint.model
+    forced = [TargetPrefix(ids, prompt=len(ids)) if (ids := tuple(tok.encode_target(p)[:-1])) else NO_PREFIX
+              for p in prefixes]
+    options = SearchOptions(beam_size=4, max_length=256, max_length_a=2.0, max_length_b=10)
+    want = [tok.decode(h[0].tokens) for h in reference_decode(model, [tok.encode(t) for t in texts], options, forced)]
+    assert all(w.startswith(p) for w, p in zip(want, prefixes, strict=True))
+    assert want != [tok.decode(h[0].tokens) for h in reference_decode(model, [tok.encode(t) for t in texts], options)]
+    for url, protocol in ((demo_server.urls.grpc_address, "grpc"), (demo_server.urls.http_address, "http")):
+        with Translator(url, protocol=protocol) as client:
+            assert [t.text for t in client.translate(texts, target_prefix=prefixes)] == want
+            assert client.translate(texts[0], target_prefix="Le").text == want[0]
+
+
+def test_a_target_prefix_list_of_the_wrong_length_is_refused_by_the_client(demo_server):
+    from nmtserve.client import InvalidInputError, Translator
+
+    with Translator(demo_server.urls.grpc_address) as client, pytest.raises(InvalidInputError, match="one per input"):
+        client.translate(["one", "two"], target_prefix=["Un"])
+
+
+def test_target_lang_is_refused_by_a_model_of_one_language_pair(grpc):
+    text = grpcclient.InferInput("TEXT", [1], "BYTES")
+    text.set_data_from_numpy(np.array([b"one"], dtype=np.object_))
+    lang = grpcclient.InferInput("TARGET_LANG", [1], "BYTES")
+    lang.set_data_from_numpy(np.array([b"de"], dtype=np.object_))
+    with pytest.raises(InferenceServerException, match="TARGET_LANG"):
+        grpc.infer("translate", [text, lang])

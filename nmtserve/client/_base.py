@@ -294,7 +294,7 @@ class BaseTranslator(Generic[Batches]):
         return self.translate_batches(texts, options, args.get("on_error", "raise"))
 
     def _request_call(self, chunk: Chunk, options: Options, deadline: Deadline) -> Call:
-        request = encode_request(chunk.texts, options)
+        request = encode_request(chunk.texts, options, chunk.indices)
         transport, model = self._transport, self.model
         return Call(
             self._attempts(deadline, chunk, transport),

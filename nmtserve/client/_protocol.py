@@ -65,15 +65,24 @@ class Options:
     max_length: int | None = None
     length_penalty: float | None = None
     num_hypotheses: int = 1
-    # Language codes, for a server of several language pairs (None: the server's only pair).
+    # Language codes, for a server of several language pairs or a multilingual model (None: the
+    # server's only pair). ``target_lang`` may be one code per input sentence (a list).
     source_lang: str | None = None
-    target_lang: str | None = None
+    target_lang: str | Sequence[str] | None = None
+    # Text each translation must start with (one for all, or one per input sentence; "" = none).
+    target_prefix: str | Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         for name in ("source_lang", "target_lang"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not value.strip()):
-                raise InvalidInputError(f"{name} must be a language code like 'en', got {value!r}")
+            codes = [value] if isinstance(value, str) or value is None or name == "source_lang" else value
+            for code in codes:
+                if code is not None and (not isinstance(code, str) or not code.strip()):
+                    raise InvalidInputError(f"{name} must be a language code like 'en', got {code!r}")
+        prefixes = self.target_prefix
+        if prefixes is not None and not isinstance(prefixes, str):
+            if not isinstance(prefixes, Sequence) or not all(isinstance(p, str) for p in prefixes):
+                raise InvalidInputError(f"target_prefix must be a str or a list of str, got {prefixes!r}")
         for name in ("beam_size", "max_length"):
             value = getattr(self, name)
             if value is not None and (not _is_int(value) or value < 1):
@@ -99,23 +108,31 @@ class Options:
         return self.num_hypotheses > 1
 
 
-class DocumentArgs(TypedDict, total=False):
-    """The keyword arguments of ``translate_document``: Options fields, None for the server's
-    default (written once here; both shells take them as ``**args: Unpack[DocumentArgs]``)."""
+class _CallArgs(TypedDict, total=False):
+    """Options fields both calls take, None for the server's default (written once here; the
+    shells take them as ``**args: Unpack[DocumentArgs]`` / ``Unpack[TranslateArgs]``)."""
 
     beam_size: int | None
     max_length: int | None
     length_penalty: float | None
     source_lang: str | None
+
+
+class DocumentArgs(_CallArgs, total=False):
+    """The keyword arguments of ``translate_document``."""
+
     target_lang: str | None
 
 
-class TranslateArgs(DocumentArgs, total=False):
-    """The keyword arguments of ``translate`` and ``translate_iter``: DocumentArgs, the n-best
-    size and what a rejected sentence does (``on_error``: "raise" or "return")."""
+class TranslateArgs(_CallArgs, total=False):
+    """The keyword arguments of ``translate`` and ``translate_iter``: the n-best size, what a
+    rejected sentence does (``on_error``: "raise" or "return"), and ``target_lang`` /
+    ``target_prefix``, each one for all sentences or a list of one per input sentence."""
 
     num_hypotheses: int
     on_error: str
+    target_lang: str | Sequence[str] | None
+    target_prefix: str | Sequence[str] | None
 
 
 def options_from(method: str, args: Mapping[str, Any], accepted: type) -> Options:
@@ -140,8 +157,21 @@ class Request:
     outputs: tuple[str, ...]
 
 
-def encode_request(texts: Sequence[bytes], options: Options) -> Request:
-    """TEXT [n] plus the optional scalar inputs that differ from the server's defaults."""
+def _per_sentence(name: str, value: str | Sequence[str], indices: Sequence[int] | None, n: int) -> list[str]:
+    """A per-call value for each of a request's sentences: the same string, or the entries of a
+    per-sentence list at the sentences' input positions."""
+    if isinstance(value, str):
+        return [value] * n
+    positions = indices if indices is not None else range(n)
+    try:
+        return [value[i] for i in positions]
+    except IndexError:
+        raise InvalidInputError(f"{name} has {len(value)} entries: give one per input sentence") from None
+
+
+def encode_request(texts: Sequence[bytes], options: Options, indices: Sequence[int] | None = None) -> Request:
+    """TEXT [n] plus the optional inputs that differ from the server's defaults; ``indices``: the
+    sentences' positions in the input, for the per-sentence options."""
     inputs: list[tuple[str, np.ndarray, str]] = [
         (C.INPUT_TEXT, np.array(texts, dtype=np.object_), "BYTES")
     ]
@@ -156,12 +186,20 @@ def encode_request(texts: Sequence[bytes], options: Options) -> Request:
         if value is not None:
             datatype = "INT32" if dtype is np.int32 else "FP32"
             inputs.append((name, np.array([value], dtype=dtype), datatype))
-    for name, code in (
-        (C.INPUT_SOURCE_LANG, options.source_lang),
-        (C.INPUT_TARGET_LANG, options.target_lang),
+    n = len(texts)
+    for name, value, option in (
+        (C.INPUT_SOURCE_LANG, options.source_lang, "source_lang"),
+        (C.INPUT_TARGET_LANG, options.target_lang, "target_lang"),
+        (C.INPUT_TARGET_PREFIX, options.target_prefix, "target_prefix"),
     ):
-        if code is not None:
-            inputs.append((name, np.array([code.strip().encode()], dtype=np.object_), "BYTES"))
+        if value is None:
+            continue
+        values = [value] if isinstance(value, str) else _per_sentence(option, value, indices, n)
+        if name != C.INPUT_TARGET_PREFIX:
+            values = [v.strip() for v in values]
+            if len(set(values)) == 1:
+                values = values[:1]
+        inputs.append((name, np.array([v.encode("utf-8") for v in values], dtype=np.object_), "BYTES"))
     outputs = [C.OUTPUT_TRANSLATION, C.OUTPUT_SCORE]
     if options.nbest:
         outputs += [C.OUTPUT_NBEST_TRANSLATION, C.OUTPUT_NBEST_SCORE]

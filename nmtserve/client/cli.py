@@ -182,7 +182,8 @@ def _options(args: argparse.Namespace) -> tuple[Options, dict[str, Any]]:
         raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout}")
     try:
         options = Options(args.beam_size, args.max_length, args.length_penalty, args.nbest,
-                          getattr(args, "source_lang", None), getattr(args, "target_lang", None))
+                          getattr(args, "source_lang", None), getattr(args, "target_lang", None),
+                          getattr(args, "target_prefix", None))
     except InvalidInputError as exc:
         # Name the flags the user typed, not the library's parameters.
         message = str(exc)
@@ -193,6 +194,7 @@ def _options(args: argparse.Namespace) -> tuple[Options, dict[str, Any]]:
             ("length_penalty", "--length-penalty"),
             ("source_lang", "--source-lang"),
             ("target_lang", "--target-lang"),
+            ("target_prefix", "--target-prefix"),
         ):
             message = message.replace(param, flag)
         raise UsageError(message) from None
@@ -308,8 +310,9 @@ def list_pairs(args: argparse.Namespace, stdout: TextIO | None = None, stderr: T
 def _translate_document(
     translator: Translator, options: Options, args: argparse.Namespace, stdin: TextIO, stdout: TextIO
 ) -> int:
-    if options.nbest or args.json:
-        raise UsageError("--document writes the translated document: --nbest and --json do not apply")
+    if options.nbest or args.json or options.target_prefix is not None:
+        raise UsageError("--document writes the translated document: --nbest, --json and --target-prefix do not apply")
+    target_lang = options.target_lang if isinstance(options.target_lang, str) or options.target_lang is None else None
     if args.files:
         parts = []
         for name in args.files:
@@ -323,7 +326,7 @@ def _translate_document(
         text = stdin.read()
     stdout.write(translator.translate_document(
         text, args.format, beam_size=options.beam_size, max_length=options.max_length,
-        length_penalty=options.length_penalty, source_lang=options.source_lang, target_lang=options.target_lang,
+        length_penalty=options.length_penalty, source_lang=options.source_lang, target_lang=target_lang,
     ))
     stdout.flush()
     return EXIT_OK

@@ -86,6 +86,9 @@ class RepositoryOptions:
     # TARGET_LANG to every pair in the repository (exports of other pairs add theirs). "": one
     # model, no routing (the default layout).
     pair: str = ""
+    # A multilingual model's language codes (NLLB's "fra_Latn", ...): its ensemble and tokenize take
+    # SOURCE_LANG / TARGET_LANG, and the ensemble lists them in its `languages` parameter.
+    languages: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -103,6 +106,9 @@ class RepositoryOptions:
             if self.target == "gpu":
                 raise ValueError("language pairs are served on the cpu target only so far (the GPU container "
                                  "builds plans for one model): export each pair to its own repository")
+            if self.languages:
+                raise ValueError("a multilingual model serves every language it knows from one export: "
+                                 "leave --pair out")
 
     @property
     def suffix(self) -> str:
@@ -153,24 +159,27 @@ def _tensors(tensors: list[contract.Tensor]) -> list[str]:
     return [_tensor(t.name, t.triton_type, list(t.dims), optional=t.optional) for t in tensors]
 
 
-def _ensemble(name: str, params: dict[str, str], sfx: str = "") -> str:
+def _ensemble(name: str, params: dict[str, str], sfx: str = "", multilingual: bool = False) -> str:
     def step(model: str, inputs: dict[str, str], outputs: dict[str, str]) -> str:
         ins = "".join(f'      input_map {{ key: "{k}" value: "{v}" }}\n' for k, v in inputs.items())
         outs = "".join(f'      output_map {{ key: "{k}" value: "{v}" }}\n' for k, v in outputs.items())
         return f'    {{\n      model_name: "{model}"\n      model_version: -1\n{ins}{outs}    }}'
 
     c = contract
-    internal = {n: n.lower() for n in (c.SRC_IDS, c.SRC_LEN, c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE)}
+    tokenize_inputs = c.MULTILINGUAL_TOKENIZE_INPUTS if multilingual else c.TOKENIZE_INPUTS
+    sources = [t.name for t in c.TOKENIZE_OUTPUTS]
+    internal = {n: n.lower() for n in (*sources, c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE)}
     options = {n: n for n in c.OPTION_INPUTS}
     steps = [
-        step("tokenize" + sfx, {c.TEXT: c.TEXT}, {n: internal[n] for n in (c.SRC_IDS, c.SRC_LEN)}),
-        step("generate" + sfx, {**{n: internal[n] for n in (c.SRC_IDS, c.SRC_LEN)}, **options},
+        step("tokenize" + sfx, {t.name: t.name for t in tokenize_inputs}, {n: internal[n] for n in sources}),
+        step("generate" + sfx, {**{n: internal[n] for n in sources}, **options},
              {n: internal[n] for n in (c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE)}),
         step("detokenize" + sfx, {n: internal[n] for n in (c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE)},
              {t.name: t.name for t in c.TRANSLATE_OUTPUTS}),
     ]
     text = f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 0\n'
-    text += _io("input", _tensors(c.TRANSLATE_INPUTS)) + _io("output", _tensors(c.TRANSLATE_OUTPUTS))
+    inputs = c.LANGUAGE_INPUTS if multilingual else c.TRANSLATE_INPUTS
+    text += _io("input", _tensors(inputs)) + _io("output", _tensors(c.TRANSLATE_OUTPUTS))
     text += "ensemble_scheduling {\n  step [\n" + ",\n".join(steps) + "\n  ]\n}\n"
     return text + _params(params)
 
@@ -214,11 +223,14 @@ def model_configs(dims: graphs.Dims, opts: RepositoryOptions,
             name + sfx: (_python_model(name + sfx, *io, params={**art, "graph": f"{name}.onnx"}), "OnnxGraphModel")
             for name, io in graph_io.items()
         }
-    quality = {"precision": opts.precision, **({"quality": opts.quality} if opts.quality else {})}
+    ensemble_params = {"precision": opts.precision, **({"quality": opts.quality} if opts.quality else {}),
+                       **({contract.LANGUAGES_PARAMETER: ",".join(opts.languages)} if opts.languages else {})}
     document = opts.name + contract.DOCUMENT_MODEL_SUFFIX
+    multilingual = bool(opts.languages)
+    tokenize_inputs = contract.MULTILINGUAL_TOKENIZE_INPUTS if multilingual else contract.TOKENIZE_INPUTS
     models = {
-        opts.name + sfx: (_ensemble(opts.name + sfx, quality, sfx), None),
-        "tokenize" + sfx: (_python_model("tokenize" + sfx, _tensors(contract.TOKENIZE_INPUTS),
+        opts.name + sfx: (_ensemble(opts.name + sfx, ensemble_params, sfx, multilingual), None),
+        "tokenize" + sfx: (_python_model("tokenize" + sfx, _tensors(tokenize_inputs),
                                          _tensors(contract.TOKENIZE_OUTPUTS), params=tokenize_params), "TokenizeModel"),
         ARTIFACTS_MODEL + sfx: (_python_model(ARTIFACTS_MODEL + sfx, _tensors(contract.GENERATE_INPUTS),
                                               _tensors(contract.GENERATE_OUTPUTS), params=engine_params,
@@ -229,7 +241,7 @@ def model_configs(dims: graphs.Dims, opts: RepositoryOptions,
             _python_model(document, _tensors(contract.DOCUMENT_INPUTS), _tensors(contract.DOCUMENT_OUTPUTS),
                           params={"translate_model": opts.name, "max_document_chars": str(opts.max_document_chars),
                                   "max_request_sentences": str(opts.max_request_sentences),
-                                  "routed": "1" if opts.pair else "0"}),
+                                  "routed": "1" if opts.pair or multilingual else "0"}),
             "DocumentModel"),
         **graph_models,
     }
@@ -272,6 +284,7 @@ def write_repository(repository: Path, dims: graphs.Dims, artifacts: dict[str, P
             (target / name).unlink(missing_ok=True)
     for name, src in artifacts.items():
         dst = target / name
+        dst.parent.mkdir(parents=True, exist_ok=True)
         if src.resolve() != dst.resolve():
             tmp = dst.with_name(dst.name + ".tmp")
             shutil.copyfile(src, tmp)

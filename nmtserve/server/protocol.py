@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from .. import contract as c
-from ..decoding.search import Hypothesis, SearchOptions
+from ..decoding.search import Hypothesis, SearchOptions, TargetPrefix
+from ..graphs import pad_batch
 from ..model.tokenizer import Tokenizer
 from ..runtime.spec import ModelSpec
 
@@ -142,6 +143,127 @@ def parse_sources(src: np.ndarray | None, lengths: np.ndarray | None, spec: Mode
     return out
 
 
+def decode_strings(name: str, array: np.ndarray | None, n: int, *, per_sentence: bool) -> list[str] | None:
+    """An optional text input holding one value for the request or (``per_sentence``) one per
+    sentence, as ``n`` strings; None when absent."""
+    if array is None or array.size == 0:
+        return None
+    if array.ndim != 1 or (array.size != 1 and (not per_sentence or array.size != n)):
+        wanted = f"[1] or [{n}] (one per sentence)" if per_sentence else "[1]"
+        raise InputError(f"{name} must be {wanted}, got shape {list(array.shape)}")
+    out = []
+    for i, item in enumerate(array):
+        try:
+            out.append(item.decode("utf-8") if isinstance(item, bytes) else str(item))
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{name}[{i}] is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    return out * n if len(out) == 1 else out
+
+
+@dataclass(frozen=True)
+class Languages:
+    """A multilingual request's languages as model codes: the source's, and each sentence's target."""
+
+    source: str
+    targets: list[str]
+
+
+def parse_languages(source: np.ndarray | None, target: np.ndarray | None, n: int,
+                    codes: Sequence[str]) -> Languages:
+    """SOURCE_LANG [1] and TARGET_LANG [1] / [n] of a multilingual model, resolved to its codes
+    (its own, or an unambiguous ISO 639-1 / 639-3 code); an InputError names a missing or unknown one."""
+    from ..languages import LanguageError, resolve
+
+    def one(name: str, code: str) -> str:
+        try:
+            return resolve(code.strip(), codes)
+        except LanguageError as exc:
+            raise InputError(f"{name}: {exc} (`nmtserve languages` or Translator.languages() lists them)") from None
+
+    sources = decode_strings(c.SOURCE_LANG, source, 1, per_sentence=False)
+    targets = decode_strings(c.TARGET_LANG, target, n, per_sentence=True)
+    hint = f"e.g. {codes[0]}; `nmtserve languages` or Translator.languages() lists the {len(codes)} languages"
+    if not sources or not sources[0].strip():
+        raise InputError(f"{c.SOURCE_LANG} is required: this multilingual model translates from {len(codes)} languages ({hint})")
+    if not targets or any(not t.strip() for t in targets):
+        raise InputError(f"{c.TARGET_LANG} is required: this multilingual model translates into {len(codes)} "
+                         f"languages ({hint})")
+    resolved: dict[str, str] = {}
+    out = []
+    for i, t in enumerate(targets):
+        if t not in resolved:
+            resolved[t] = one(c.TARGET_LANG if len(set(targets)) == 1 else f"{c.TARGET_LANG}[{i}]", t)
+        out.append(resolved[t])
+    return Languages(one(c.SOURCE_LANG, sources[0]), out)
+
+
+def tokenize_request(tokenizer, texts: Sequence[str], spec: ModelSpec, *, prefixes: Sequence[str] | None = None,
+                     languages: Languages | None = None) -> dict[str, np.ndarray]:
+    """``tokenize``'s outputs for checked texts: the sources (``[lang] X </s>`` for a multilingual
+    model, ``X </s>`` otherwise) and the tokens forced after the decoder start.
+
+    A multilingual model forces the target language token as transformers' ``forced_bos_token_id``
+    does (a generated token); with a target prefix the language token and the prefix are a decoder
+    prompt, as ``generate(decoder_input_ids=[start, lang, *prefix])``."""
+    ids, forced, prompts = [], [], []
+    for i, text in enumerate(texts):
+        if languages is not None:
+            encoded = tokenizer.encode(text, languages.source)
+        else:
+            encoded = tokenizer.encode(text)
+        if len(encoded) > spec.max_source_len:
+            raise InputError(f"TEXT[{i}] is too long: {len(encoded)} tokens, the maximum is {spec.max_source_len}")
+        ids.append(encoded)
+        prefix = prefixes[i] if prefixes else ""
+        tokens = _prefix_ids(tokenizer, prefix, languages.targets[i] if languages else None) if prefix.strip() else []
+        if len(tokens) >= spec.max_target_len // 2:
+            raise InputError(f"{c.TARGET_PREFIX}[{i}] is too long: {len(tokens)} tokens, the maximum is "
+                             f"{spec.max_target_len // 2 - 1}")
+        if languages is not None:
+            tokens = [tokenizer.languages[languages.targets[i]], *tokens]
+        forced.append(tokens)
+        prompts.append(len(tokens) if prefix.strip() else 0)
+    return {
+        c.SRC_IDS: pad_batch(ids, spec.pad_id, np.int32),
+        c.SRC_LEN: np.array([len(x) for x in ids], dtype=np.int32),
+        c.FORCED_IDS: pad_batch([f or [spec.pad_id] for f in forced], spec.pad_id, np.int32),
+        c.FORCED_LEN: np.array([len(f) for f in forced], dtype=np.int32),
+        c.PROMPT_LEN: np.array(prompts, dtype=np.int32),
+    }
+
+
+def _prefix_ids(tokenizer, text: str, language: str | None) -> list[int]:
+    """A target prefix's tokens, without the specials a target sentence carries."""
+    if language is not None:  # [lang] X </s>, tokenized as a target-language sentence
+        return list(tokenizer.encode(text, language))[1:-1]
+    return list(tokenizer.encode_target(text))[:-1]  # X </s>
+
+
+def parse_prefixes(forced: np.ndarray | None, lengths: np.ndarray | None, prompts: np.ndarray | None, n: int,
+                   spec: ModelSpec) -> list[TargetPrefix] | None:
+    """``FORCED_IDS [n, F]``, ``FORCED_LEN [n]``, ``PROMPT_LEN [n]`` (optional, all or none) as one
+    ``TargetPrefix`` per sentence; None when absent or empty."""
+    if forced is None and lengths is None and prompts is None:
+        return None
+    if forced is None or lengths is None or prompts is None or forced.ndim != 2 or lengths.shape != (n,) or prompts.shape != (n,) or forced.shape[0] != n:
+        raise InputError(f"{c.FORCED_IDS} [n, F], {c.FORCED_LEN} [n] and {c.PROMPT_LEN} [n] go together, "
+                         f"one row per sentence (n = {n})")
+    if forced.dtype.kind not in "iu" or lengths.dtype.kind not in "iu" or prompts.dtype.kind not in "iu":
+        raise InputError(f"{c.FORCED_IDS}, {c.FORCED_LEN} and {c.PROMPT_LEN} must be integers")
+    if not lengths.any():
+        return None
+    out = []
+    for i, (m, p) in enumerate(zip(lengths.tolist(), prompts.tolist(), strict=True)):
+        if not 0 <= p <= m <= min(forced.shape[1], spec.max_target_len - 1):
+            raise InputError(f"{c.FORCED_LEN}[{i}] = {m} / {c.PROMPT_LEN}[{i}] = {p}: need 0 <= PROMPT_LEN <= "
+                             f"FORCED_LEN <= {min(forced.shape[1], spec.max_target_len - 1)}")
+        ids = forced[i, :m]
+        if m and (ids.min() < 0 or ids.max() >= spec.vocab or spec.eos_id in ids.tolist()):
+            raise InputError(f"{c.FORCED_IDS}[{i}] holds an id outside the target vocabulary or the end-of-sentence id")
+        out.append(TargetPrefix(tuple(ids.tolist()), prompt=p))
+    return out
+
+
 def results_to_arrays(results: Sequence[Sequence[Hypothesis]], k: int, pad_id: int) -> dict[str, np.ndarray]:
     """n-best lists -> OUT_IDS [n, k, T] (EOS kept; detokenize stops at it), OUT_LEN, OUT_SCORE."""
     n = len(results)
@@ -158,8 +280,14 @@ def results_to_arrays(results: Sequence[Sequence[Hypothesis]], k: int, pad_id: i
     return {c.OUT_IDS: ids, c.OUT_LEN: lengths, c.OUT_SCORE: scores}
 
 
-def load_tokenizer(folder: Path, spec: ModelSpec) -> Tokenizer:
+def load_tokenizer(folder: Path, spec: ModelSpec):
+    """The tokenizer an export shipped in ``folder``: nmtserve's ``Tokenizer``, or a multilingual
+    checkpoint's own tokenizer files (``MultilingualTokenizer``, its ``languages`` the model codes)."""
     files = spec.tokenizer or {"source": "source.spm"}
+    if files.get("kind") == "multilingual":
+        from ..model.hf_tokenizer import MultilingualTokenizer
+
+        return MultilingualTokenizer.from_directory(folder / files["folder"], family=files["family"])
     vocab = None
     if files.get("vocab"):
         vocab = json.loads((folder / files["vocab"]).read_text(encoding="utf-8"))

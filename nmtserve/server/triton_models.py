@@ -28,15 +28,18 @@ import numpy as np
 
 from .. import contract as c
 from ..decoding.search import SearchOptions
-from ..graphs import pad_batch
 from ..runtime.factory import step_runtime
 from .launcher import DRAIN_ENV
 from .protocol import (
     InputError,
+    decode_strings,
     decode_texts,
+    parse_languages,
+    parse_prefixes,
     parse_search_options,
     parse_sources,
     results_to_arrays,
+    tokenize_request,
 )
 
 log = logging.getLogger("nmtserve.server")
@@ -118,6 +121,7 @@ class TokenizeModel:
         folder = _artifacts(params, version_dir)
         self.spec = ModelSpec.load(folder / SPEC_FILE)
         self.tokenizer = load_tokenizer(folder, self.spec)
+        self.codes = list(getattr(self.tokenizer, "languages", None) or ())  # a multilingual model's
         self.limits = RequestLimits.from_params(params)
 
     def execute(self, requests: list) -> list:
@@ -127,19 +131,15 @@ class TokenizeModel:
         try:
             texts = decode_texts(_input(request, c.TEXT))
             self.limits.check(texts)
-            ids = []
-            for i, text in enumerate(texts):
-                encoded = self.tokenizer.encode(text)
-                if len(encoded) > self.spec.max_source_len:
-                    raise InputError(
-                        f"TEXT[{i}] is too long: {len(encoded)} tokens, the maximum is {self.spec.max_source_len}"
-                    )
-                ids.append(encoded)
+            prefixes = decode_strings(c.TARGET_PREFIX, _input(request, c.TARGET_PREFIX), len(texts), per_sentence=True)
+            languages = None
+            if self.codes:
+                languages = parse_languages(_input(request, c.SOURCE_LANG), _input(request, c.TARGET_LANG),
+                                            len(texts), self.codes)
+            arrays = tokenize_request(self.tokenizer, texts, self.spec, prefixes=prefixes, languages=languages)
         except InputError as exc:
             return pb_utils.InferenceResponse(error=_error(str(exc)))
-        src = pad_batch(ids, self.spec.pad_id, np.int32)
-        lengths = np.array([len(x) for x in ids], dtype=np.int32)
-        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(c.SRC_IDS, src), pb_utils.Tensor(c.SRC_LEN, lengths)])
+        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, a) for n, a in arrays.items()])
 
 
 class DetokenizeModel:
@@ -226,6 +226,8 @@ class GenerateModel:
             try:  # inputs are copied out here: they are freed when execute returns
                 sources = parse_sources(_input(request, c.SRC_IDS), _input(request, c.SRC_LEN), self.spec)
                 options = _search_options(request, self.spec, self.max_beam)
+                prefixes = parse_prefixes(_input(request, c.FORCED_IDS), _input(request, c.FORCED_LEN),
+                                          _input(request, c.PROMPT_LEN), len(sources), self.spec)
             except InputError as exc:
                 sender.send(pb_utils.InferenceResponse(error=_error(str(exc))), flags=self._final)
                 continue
@@ -235,7 +237,7 @@ class GenerateModel:
                 self._waiting[key] = (sender, cancel)
             try:
                 self.engine.submit(sources, options, self._responder(key, sender, options.num_hypotheses),
-                                   cancelled=cancel.is_set)
+                                   cancelled=cancel.is_set, prefixes=prefixes)
             except Exception as exc:  # shutting down, or a limit the checks above did not cover
                 with self._lock:
                     self._waiting.pop(key, None)
