@@ -52,6 +52,12 @@ def _cmd_pairs(args: argparse.Namespace) -> int:
     return list_pairs(args)
 
 
+def _cmd_languages(args: argparse.Namespace) -> int:
+    from .client.cli import list_languages
+
+    return list_languages(args)
+
+
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from .model.evaluate import evaluate_checkpoint
 
@@ -170,16 +176,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="every translation starts with TEXT (forced, then decoding continues; not with --document)")
     p.set_defaults(func=_cmd_translate)
 
-    p = sub.add_parser("pairs", help="list the language pairs a server translates")
-    p.add_argument("--url", action="append", default=None, metavar="URL", help="server address (as for translate)")
-    p.add_argument("--protocol", choices=["grpc", "http"], default="grpc")
-    p.add_argument("--model", default="translate", help="Triton model name")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds")
-    p.set_defaults(func=_cmd_pairs)
+    for name, func, text in (("pairs", _cmd_pairs, "list the language pairs a server translates"),
+                             ("languages", _cmd_languages, "list the languages a server translates: code to "
+                              "pass as --target-lang, ISO 639 code, name")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--url", action="append", default=None, metavar="URL", help="server address (as for translate)")
+        p.add_argument("--protocol", choices=["grpc", "http"], default="grpc")
+        p.add_argument("--model", default="translate", help="Triton model name")
+        p.add_argument("--timeout", type=float, default=10.0, help="seconds")
+        if name == "languages":
+            p.add_argument("--json", action="store_true", help="JSON lines, with the codes each translates into")
+        p.set_defaults(func=func)
 
     p = sub.add_parser("export", help="export a checkpoint to ONNX (+TensorRT) and write a Triton model repository")
     p.set_defaults(func=_cmd_export, export_parser=p)
-    p.add_argument("checkpoint", help="nmtserve checkpoint or Hugging Face Marian directory")
+    p.add_argument("checkpoint", help="nmtserve checkpoint, or a Hugging Face directory: Marian (opus-mt), "
+                                      "NLLB-200 / M2M100 (model_type m2m_100) or mBART-50 (mbart)")
     p.add_argument("--repository", "-r", default="model_repository", help="Triton model repository to write")
     p.add_argument("--name", default="translate", help="name of the ensemble model")
     p.add_argument("--target", choices=["cpu", "gpu"], default="cpu",
@@ -203,6 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gate-reference", type=Path, default=None, metavar="FILE",
                    help="their reference translations (without: fp32's translations are the references)")
     g.add_argument("--gate-sentences", type=int, default=500, help="sentences of the gate set used (default 500)")
+    g.add_argument("--gate-source-lang", metavar="CODE", default=None,
+                   help="a multilingual model: the gate sentences' language (eng_Latn, en)")
+    g.add_argument("--gate-target-lang", metavar="CODE", default=None,
+                   help="a multilingual model: the language it translates them into (fra_Latn, fr)")
     g.add_argument("--int8-keep-fp32", default="", metavar="GROUPS",
                    help="weights left in fp32, comma-separated: output (vocabulary projection), attention, ffn")
     g = p.add_argument_group("serving limits (0: none; over a queue limit the server answers UNAVAILABLE, retryable)")

@@ -108,3 +108,12 @@ def test_layouts_do_not_mix(pairs_server, demo_repository, tmp_path):
         export(DEMO, ExportOptions(repository=demo_repository, skip_parity=True, pair="en-fr"))
     with pytest.raises(ExportError, match="SOURCE-TARGET"):
         export(DEMO, ExportOptions(repository=tmp_path / "r", skip_parity=True, pair="english"))
+
+
+def test_languages_of_a_pair_repository_list_each_source_with_its_targets(pairs_server):
+    server, _ = pairs_server
+    with Translator(server.urls.grpc_address) as client:
+        languages = {lang.code: lang for lang in client.languages()}
+    assert set(languages) == {"en", "fr", "de"}
+    assert (languages["en"].name, sorted(languages["en"].targets)) == ("English", ["de", "fr"])
+    assert languages["fr"].targets == ()

@@ -29,6 +29,7 @@ contract"). The client asks for the NBEST outputs only when ``num_hypotheses`` >
 blank sentences, and reports a sentence the server names as ``TEXT[i]`` by its input position.
 """
 
+from ..languages import Language
 from . import errors
 from ._async import AsyncTranslator
 from ._protocol import Hypothesis, Options, Translation
@@ -36,4 +37,5 @@ from ._sync import Translator
 from ._transports import TLS
 from .errors import *  # noqa: F403 - the error classes, listed once in errors.__all__
 
-__all__ = ["AsyncTranslator", "Hypothesis", "Options", "TLS", "Translation", "Translator", *errors.__all__]
+__all__ = ["AsyncTranslator", "Hypothesis", "Language", "Options", "TLS", "Translation", "Translator",
+           *errors.__all__]

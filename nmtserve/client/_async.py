@@ -18,6 +18,8 @@ from .errors import InvalidInputError
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack from Python 3.11
 
+    from ..languages import Language
+
 
 class AsyncTranslator(BaseTranslator[AsyncGenerator[list[Translation], None]]):
     """Translator for asyncio code: same parameters and behaviour, awaitable methods.
@@ -62,7 +64,11 @@ class AsyncTranslator(BaseTranslator[AsyncGenerator[list[Translation], None]]):
 
     async def pairs(self) -> list[str]:
         """See Translator.pairs."""
-        return await self._perform(self._pairs_call())
+        return await self._perform(self._config_call(self._pairs_from))
+
+    async def languages(self) -> list[Language]:
+        """See Translator.languages."""
+        return await self._perform(self._config_call(self._languages_from))
 
     async def _run(
         self, job: Job, options: Options, deadline: Deadline

@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
+from ..languages import Language, describe
 from . import _constants as C
 from ._batching import Chunk, Job
 from ._protocol import (
@@ -263,11 +264,26 @@ class BaseTranslator(Generic[Batches]):
         )
         return job, Deadline(self.deadline)
 
-    def _pairs_from(self, config: Mapping[str, object]) -> list[str]:
+    @staticmethod
+    def _listed(config: Mapping[str, object], name: str) -> list[str]:
+        """A comma-separated config parameter of the model, as a list ([] when absent)."""
         params = config.get("parameters") or {}
-        entry = params.get(C.PAIRS_PARAMETER) if isinstance(params, Mapping) else None
+        entry = params.get(name) if isinstance(params, Mapping) else None
         value = entry.get("string_value", "") if isinstance(entry, Mapping) else ""
         return [p for p in str(value).split(",") if p]
+
+    def _pairs_from(self, config: Mapping[str, object]) -> list[str]:
+        return self._listed(config, C.PAIRS_PARAMETER)
+
+    def _languages_from(self, config: Mapping[str, object]) -> list[Language]:
+        """A multilingual model's languages (each into every other), or those of a repository of
+        language pairs (each into its pairs' targets); [] for one model without pairs."""
+        codes = self._listed(config, C.LANGUAGES_PARAMETER)
+        if codes:
+            return [replace(lang, targets=tuple(c for c in codes if c != lang.code)) for lang in describe(codes)]
+        pairs = [p.split("-", 1) for p in self._pairs_from(config)]
+        sides = list(dict.fromkeys(code for pair in pairs for code in pair))
+        return [replace(lang, targets=tuple(t for s, t in pairs if s == lang.code)) for lang in describe(sides)]
 
     @property
     def document_model(self) -> str:
@@ -314,13 +330,14 @@ class BaseTranslator(Generic[Batches]):
             lambda result: decode_document_response(result)[0],
         )
 
-    def _pairs_call(self) -> Call:
+    def _config_call(self, read: Callable[[Mapping[str, object]], Any]) -> Call:
+        """The model's configuration, read by ``read``."""
         self._check_open()
         transport, model = self._transport, self.model
         return Call(
             self._attempts(Deadline(self.deadline), None, transport),
             lambda timeout: transport.config(model, timeout),
-            self._pairs_from,
+            read,
         )
 
     def _check_open(self) -> None:

@@ -21,6 +21,8 @@ from .errors import InvalidInputError
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack from Python 3.11
 
+    from ..languages import Language
+
 
 class Translator(BaseTranslator[Generator[list[Translation], None, None]]):
     """Translate text with a Triton server that serves the nmtserve contract.
@@ -114,7 +116,14 @@ class Translator(BaseTranslator[Generator[list[Translation], None, None]]):
     def pairs(self) -> list[str]:
         """The language pairs the server translates ("en-fr", ...); [] for a server of one model
         without pairs (``nmtserve export`` without ``--pair``)."""
-        return self._perform(self._pairs_call())
+        return self._perform(self._config_call(self._pairs_from))
+
+    def languages(self) -> list[Language]:
+        """The languages the server translates: each ``Language`` has the ``code`` to send as
+        source_lang / target_lang (a multilingual model's own code, "fra_Latn", or a pair's "fr"),
+        its ISO 639 code (``iso``), an English ``name`` and the codes it translates into
+        (``targets``). [] for a server of one model without pairs."""
+        return self._perform(self._config_call(self._languages_from))
 
     def _run(
         self, job: Job, options: Options, deadline: Deadline

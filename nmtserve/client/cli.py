@@ -19,7 +19,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -289,21 +289,47 @@ def translate_remote(
         return EXIT_OK
 
 
+def _ask(args: argparse.Namespace, stderr: TextIO, question: Callable[[Translator], Any]) -> tuple[int, Any]:
+    """(exit status, answer) of one question to the server (its configuration)."""
+    try:
+        with Translator(_urls(args.url), protocol=args.protocol, model=args.model, timeout=args.timeout) as translator:
+            return EXIT_OK, question(translator)
+    except ValueError as exc:
+        _report(stderr, str(exc))
+        return EXIT_USAGE, None
+    except TranslationError as exc:
+        _report(stderr, str(exc))
+        return exit_code(exc), None
+
+
 def list_pairs(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """``nmtserve pairs``: one pair per line; a one-model server says so on stderr."""
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
-    try:
-        with Translator(_urls(args.url), protocol=args.protocol, model=args.model, timeout=args.timeout) as translator:
-            pairs = translator.pairs()
-    except ValueError as exc:
-        _report(stderr, str(exc))
-        return EXIT_USAGE
-    except TranslationError as exc:
-        _report(stderr, str(exc))
-        return exit_code(exc)
+    code, pairs = _ask(args, stderr, Translator.pairs)
+    if code != EXIT_OK:
+        return code
     if not pairs:
         _report(stderr, f"{args.model} serves one model without language pairs")
     stdout.write("".join(p + "\n" for p in pairs))
+    return EXIT_OK
+
+
+def list_languages(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    """``nmtserve languages``: one language per line, tab-separated: the code to pass as
+    --source-lang / --target-lang, its ISO 639 code, its English name (--json: one object per line,
+    with the codes it translates into)."""
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    code, languages = _ask(args, stderr, Translator.languages)
+    if code != EXIT_OK:
+        return code
+    if not languages:
+        _report(stderr, f"{args.model} serves one model without language codes (exported without --pair)")
+    for lang in languages:
+        if args.json:
+            stdout.write(json.dumps({"code": lang.code, "iso": lang.iso, "name": lang.name,
+                                     "targets": list(lang.targets)}, ensure_ascii=False) + "\n")
+        else:
+            stdout.write(f"{lang.code}\t{lang.iso}\t{lang.name}\n")
     return EXIT_OK
 
 

@@ -19,6 +19,7 @@ def export_main(args: argparse.Namespace) -> int:
         step_backend=args.step_backend, graph_models=args.graph_models, pair=args.pair or "",
         max_bleu_drop=args.max_bleu_drop,
         gate_source=args.gate_source, gate_reference=args.gate_reference, gate_sentences=args.gate_sentences,
+        gate_source_lang=args.gate_source_lang, gate_target_lang=args.gate_target_lang,
         int8_keep_fp32=tuple(k for k in args.int8_keep_fp32.split(",") if k.strip()),
         limits={name: getattr(args, name) for name in LIMITS if getattr(args, name) is not None},
     )

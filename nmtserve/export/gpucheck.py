@@ -127,8 +127,8 @@ def check_repository(repository: Path, cache: Path, opts: CheckOptions = CheckOp
         raise engines.EngineSetupError(f"{gate_file} is missing: export with a held-out set (the checkpoint's "
                                        "test.en, or --gate-source FILE) so there are sentences to check on")
     tokenizer = load_tokenizer(artifacts, spec)
-    texts = quality.GateSet.load(gate_file).sources[: opts.sentences]
-    sources = quality.encode_sources(tokenizer, texts, spec)
+    gate = quality.GateSet.load(gate_file)
+    sources = quality.encode_sources(tokenizer, gate.sources[: opts.sentences], spec, gate.source_lang)
     options = parse_search_options({}, spec, spec.max_beam)
     batch = min(opts.batch, spec.max_batch)
     reference = OnnxModel(artifacts / "encoder.onnx", artifacts / "decoder.onnx", spec)

@@ -61,6 +61,9 @@ class ExportOptions:
     max_bleu_drop: float = quality.DEFAULT_MAX_BLEU_DROP
     gate_source: Path | None = None  # None: the checkpoint's test.en (and its test.<tgt> references)
     gate_reference: Path | None = None
+    # A multilingual model's gate languages (its codes or ISO codes: "eng_Latn" / "en").
+    gate_source_lang: str | None = None
+    gate_target_lang: str | None = None
     gate_sentences: int = quality.DEFAULT_GATE_SENTENCES
     int8_keep_fp32: tuple[str, ...] = ()  # nmtserve.export.quantize.KEEP_GROUPS left in fp32
     # Serving limits written into the repository (RepositoryOptions; None: its defaults).
@@ -110,13 +113,19 @@ class ExportReport:
 _REPORT_FIELDS = {f.name for f in dataclasses.fields(quality.QualityReport)}
 
 
+# Hugging Face model types whose directories export (besides nmtserve's own checkpoints).
+MODEL_TYPES = ("nmtserve-transformer", "marian", "m2m_100", "mbart")
+
+
 def load_any_checkpoint(path: Path) -> Checkpoint:
-    """An nmtserve checkpoint, or a Hugging Face Marian directory (converted on the fly)."""
+    """An nmtserve checkpoint, or a Hugging Face directory: Marian (opus-mt), or a multilingual
+    NLLB-200 / M2M100 (``m2m_100``) or mBART-50 (``mbart``) one (converted on the fly)."""
     config_file = path / "config.json"
     if not path.is_dir():
         raise ExportError(f"{path}: not a directory")
     if not config_file.is_file():
-        raise ExportError(f"{path}: no config.json; expected an nmtserve checkpoint or a Hugging Face Marian directory")
+        raise ExportError(f"{path}: no config.json; expected an nmtserve checkpoint or a Hugging Face directory "
+                          f"(model_type {', '.join(MODEL_TYPES[1:])})")
     model_type = json.loads(config_file.read_text()).get("model_type", "nmtserve-transformer")
     if model_type == "nmtserve-transformer":
         return load_checkpoint(path)
@@ -124,13 +133,39 @@ def load_any_checkpoint(path: Path) -> Checkpoint:
         from ..model.marian import load_marian  # noqa: PLC0415 - optional path
 
         return load_marian(path)
-    raise ExportError(f"{path}: model_type {model_type!r} is not supported (supported: nmtserve-transformer, marian)")
+    if model_type in ("m2m_100", "mbart"):
+        from ..model.hf_multilingual import load_multilingual  # noqa: PLC0415 - optional path
+
+        return load_multilingual(path)
+    raise ExportError(f"{path}: model_type {model_type!r} is not supported (supported: {', '.join(MODEL_TYPES)})")
+
+
+def _tokenizer_artifacts(tok, tmp: Path, checkpoint: Path) -> tuple[dict, dict[str, Path]]:
+    """The tokenizer files the repository ships (``ModelSpec.tokenizer`` and the artifacts):
+    sentencepiece models (and Marian's vocab.json), or a multilingual checkpoint's own tokenizer
+    files as they are, in a ``tokenizer/`` folder."""
+    if getattr(tok, "languages", None):
+        folder = "tokenizer"
+        files = {"kind": "multilingual", "family": tok.family, "folder": folder}
+        return files, {f"{folder}/{name}": checkpoint / name for name in tok.files()}
+    files = {"source": "source.spm"}
+    artifacts = {"source.spm": tmp / "source.spm"}
+    (tmp / "source.spm").write_bytes(tok.source.serialized_model_proto())
+    if tok.target is not tok.source:
+        (tmp / "target.spm").write_bytes(tok.target.serialized_model_proto())
+        artifacts["target.spm"] = tmp / "target.spm"
+        files["target"] = "target.spm"
+    if tok.vocab is not None:
+        (tmp / "vocab.json").write_text(json.dumps(tok.vocab, ensure_ascii=False), encoding="utf-8")
+        artifacts["vocab.json"] = tmp / "vocab.json"
+        files["vocab"] = "vocab.json"
+    return files, artifacts
 
 
 def _parity_sources(ckpt: Checkpoint, n: int, max_len: int) -> list[list[int]]:
     """Held-out sentences when the checkpoint has them, else random ids of varied lengths."""
     test = ckpt.path / "test.en"
-    if test.is_file():
+    if test.is_file() and not getattr(ckpt.tokenizer, "languages", None):
         lines = [line for line in test.read_text(encoding="utf-8").splitlines() if line.strip()][:n]
         ids = [ckpt.tokenizer.encode(line)[:max_len] for line in lines]
         if len(ids) >= n:
@@ -162,6 +197,12 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
     except (CheckpointError, ValueError) as exc:
         raise ExportError(f"load: {exc}") from exc
     model, cfg = ckpt.model, ckpt.config
+    languages = tuple(getattr(ckpt.tokenizer, "languages", None) or ())
+    if languages:
+        try:
+            repo_opts = dataclasses.replace(repo_opts, languages=languages)
+        except ValueError as exc:
+            raise ExportError(f"options: {exc}") from exc
     opts = dataclasses.replace(
         opts,
         max_source_len=opts.max_source_len or min(256, cfg.max_positions),
@@ -189,18 +230,8 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
         stage("lint", t)
 
         d = dims_of(model, repo_opts.max_beam)
-        tok = ckpt.tokenizer
-        files = {"source": "source.spm"}
-        artifacts = {"encoder.onnx": encoder, "decoder.onnx": decoder, "source.spm": tmp / "source.spm"}
-        (tmp / "source.spm").write_bytes(tok.source.serialized_model_proto())
-        if tok.target is not tok.source:
-            (tmp / "target.spm").write_bytes(tok.target.serialized_model_proto())
-            artifacts["target.spm"] = tmp / "target.spm"
-            files["target"] = "target.spm"
-        if tok.vocab is not None:
-            (tmp / "vocab.json").write_text(json.dumps(tok.vocab, ensure_ascii=False), encoding="utf-8")
-            artifacts["vocab.json"] = tmp / "vocab.json"
-            files["vocab"] = "vocab.json"
+        files, artifacts = _tokenizer_artifacts(ckpt.tokenizer, tmp, ckpt.path)
+        artifacts.update({"encoder.onnx": encoder, "decoder.onnx": decoder})
         spec = ModelSpec(
             layers=d.layers, heads=d.heads, d_k=d.d_k, vocab=d.vocab, max_positions=cfg.max_positions,
             pad_id=cfg.pad_id, bos_id=cfg.bos_id, eos_id=cfg.eos_id, unk_id=cfg.unk_id,
@@ -258,6 +289,18 @@ def _gate_set(ckpt: Checkpoint, opts: ExportOptions) -> quality.GateSet | None:
         raise ExportError(
             f"quality gate: {ckpt.path} has no held-out test.en / test.<tgt> pair to check int8 against fp32 on; "
             "give the sentences with --gate-source FILE (and their translations with --gate-reference FILE)")
+    codes = list(getattr(ckpt.tokenizer, "languages", None) or ())
+    if gate is not None and codes:
+        from ..languages import LanguageError, resolve  # noqa: PLC0415
+
+        if not (opts.gate_source_lang and opts.gate_target_lang):
+            raise ExportError("quality gate: a multilingual model translates the gate set between two of its "
+                              f"{len(codes)} languages: give --gate-source-lang and --gate-target-lang")
+        try:
+            gate.source_lang = resolve(opts.gate_source_lang, codes)
+            gate.target_lang = resolve(opts.gate_target_lang, codes)
+        except LanguageError as exc:
+            raise ExportError(f"quality gate: {exc}") from exc
     return gate
 
 

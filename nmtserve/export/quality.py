@@ -47,6 +47,9 @@ class GateSet:
     # The fp32 graphs' translations (texts and token ids), filled at export and shipped.
     fp32: list[str] | None = None
     fp32_tokens: list[list[int]] | None = None
+    # A multilingual model's languages for the set (its own codes, "eng_Latn"); None otherwise.
+    source_lang: str | None = None
+    target_lang: str | None = None
 
     def save(self, path: Path) -> None:
         Path(path).write_text(json.dumps(asdict(self), ensure_ascii=False) + "\n", encoding="utf-8")
@@ -91,26 +94,32 @@ def checkpoint_gate_set(checkpoint: Path, limit: int = DEFAULT_GATE_SENTENCES) -
     return read_gate_set(src, refs[0], limit)
 
 
-def encode_sources(tokenizer, texts: Sequence[str], spec) -> list[list[int]]:
-    """The gate sentences as source ids, a sentence longer than the export's max_source_len cut
-    to it (EOS kept): a check measures translations, it does not refuse its own inputs."""
-    sources = [tokenizer.encode(t) for t in texts]
+def encode_sources(tokenizer, texts: Sequence[str], spec, source_lang: str | None = None) -> list[list[int]]:
+    """The gate sentences as source ids (``[source_lang] X </s>`` for a multilingual model), a
+    sentence longer than the export's max_source_len cut to it (EOS kept): a check measures
+    translations, it does not refuse its own inputs."""
+    sources = [tokenizer.encode(t, source_lang) if source_lang else tokenizer.encode(t) for t in texts]
     return [s if len(s) <= spec.max_source_len else [*s[: spec.max_source_len - 1], spec.eos_id] for s in sources]
 
 
-def translate(runtime, tokenizer, texts: Sequence[str], options, max_sentences: int | None = None,
+def translate(runtime, tokenizer, gate: GateSet, options, max_sentences: int | None = None,
               ) -> tuple[list[list[int]], float]:
-    """Best hypothesis' tokens for every text, decoded by the serving engine on ``runtime`` (at most
-    the export's max batch at once: a TensorRT profile ends there); seconds."""
-    from ..server.engine import InflightBatcher  # noqa: PLC0415 - keeps this module light to import
+    """Best hypothesis' tokens for every gate sentence (into ``gate.target_lang`` for a
+    multilingual model, forced as the server forces it), decoded by the serving engine on
+    ``runtime`` (at most the export's max batch at once: a TensorRT profile ends there); seconds."""
+    from ..decoding.search import TargetPrefix  # noqa: PLC0415 - keeps this module light to import
+    from ..server.engine import InflightBatcher  # noqa: PLC0415
 
     spec = runtime.spec
-    sources = encode_sources(tokenizer, texts, spec)
+    sources = encode_sources(tokenizer, gate.sources, spec, gate.source_lang)
+    prefixes = None
+    if gate.target_lang:
+        prefixes = [TargetPrefix((tokenizer.language_id(gate.target_lang),))] * len(sources)
     running = min(max_sentences or spec.max_batch, spec.max_batch)
     engine = InflightBatcher(runtime, max_sentences=running, max_beam=max(spec.max_beam, options.beam_size)).start()
     try:
         started = time.perf_counter()
-        results = engine.translate(sources, options)
+        results = engine.translate(sources, options, prefixes=prefixes)
         seconds = time.perf_counter() - started
     finally:
         engine.stop()
@@ -201,7 +210,7 @@ def baseline(gate: GateSet, runtime, tokenizer, options, max_sentences: int | No
     """Translate the gate set with the fp32 graphs (filling ``gate.fp32``); the fp32 report entry."""
     import sacrebleu  # noqa: PLC0415
 
-    tokens, seconds = translate(runtime, tokenizer, gate.sources, options, max_sentences)
+    tokens, seconds = translate(runtime, tokenizer, gate, options, max_sentences)
     gate.fp32_tokens = tokens
     gate.fp32 = [tokenizer.decode(t) for t in tokens]
     entry: dict = {"sentences": len(gate.sources), "origin": gate.origin, "seconds": round(seconds, 2)}
@@ -214,7 +223,7 @@ def baseline(gate: GateSet, runtime, tokenizer, options, max_sentences: int | No
 def check(gate: GateSet, runtime, tokenizer, options, precision: str, max_bleu_drop: float,
           seconds_fp32: float | None = None, max_sentences: int | None = None) -> QualityReport:
     """Translate the gate set with the reduced-precision ``runtime`` and compare with fp32."""
-    tokens, seconds = translate(runtime, tokenizer, gate.sources, options, max_sentences)
+    tokens, seconds = translate(runtime, tokenizer, gate, options, max_sentences)
     hyps = [tokenizer.decode(t) for t in tokens]
     report = compare(gate, hyps, tokens, precision, max_bleu_drop, seconds=round(seconds, 2),
                      seconds_fp32=seconds_fp32)

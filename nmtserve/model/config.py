@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ACTIVATIONS = ("relu", "gelu", "swish")
-POSITION_LAYOUTS = ("interleaved", "concat")
+POSITION_LAYOUTS = ("interleaved", "concat", "m2m100")
 
 
 class ConfigError(ValueError):
@@ -38,9 +38,19 @@ class TransformerConfig:
     # The paper multiplies embeddings by sqrt(d_model) so they are not drowned by positions.
     scale_embedding: bool = True
     # "interleaved": PE(pos, 2i) = sin, PE(pos, 2i+1) = cos (the paper). "concat": all sines
-    # then all cosines (Marian / fairseq), so imported checkpoints keep their layout.
+    # then all cosines (Marian), so imported checkpoints keep their layout. "m2m100": [sin | cos]
+    # with fairseq's frequencies 10000^(-i / (d_model/2 - 1)) instead of the paper's
+    # 10000^(-2i / d_model), in float32 as fairseq computed them (M2M100, NLLB).
     position_layout: str = "interleaved"
-    max_positions: int = 1024
+    # A trained position table per stack (mBART) instead of sinusoids; position_layout is unused.
+    learned_positions: bool = False
+    # Position p (0 = first token) reads row p + position_offset of a table of
+    # max_positions + position_offset rows. fairseq-born models number positions from
+    # padding_idx + 1 (2 in M2M100, NLLB and mBART), and their tables start with those rows.
+    position_offset: int = 0
+    max_positions: int = 1024  # usable positions: 0 .. max_positions - 1
+    # A LayerNorm on token + position embeddings, one per stack (mBART's layernorm_embedding).
+    embedding_norm: bool = False
     # One embedding matrix for source and target (needs a joint vocabulary).
     share_embeddings: bool = True
     # The output projection reuses the target embedding matrix (the paper, section 3.4).
@@ -77,6 +87,11 @@ class TransformerConfig:
         for name in ("encoder_layers", "decoder_layers", "h", "d_ff", "max_positions"):
             if getattr(self, name) <= 0:
                 out.append(f"{name} must be positive")
+        if self.position_offset < 0:
+            out.append(f"position_offset={self.position_offset} must not be negative")
+        if self.position_layout == "m2m100" and not self.learned_positions and self.d_model < 4:
+            out.append(f"position_layout='m2m100' needs d_model >= 4, not {self.d_model} "
+                       "(its frequencies divide by d_model/2 - 1)")
         return out
 
     @property

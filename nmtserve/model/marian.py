@@ -243,11 +243,14 @@ def read_marian_directory(path: str | Path) -> MarianFiles:
     return MarianFiles(path, config, generation, vocab, weights, weights_file)
 
 
-def _generation_config(path: Path, config: Mapping[str, Any], problems: list[str]) -> dict[str, Any]:
-    """generation_config.json, or the legacy generation keys of config.json (moved there by transformers)."""
+_LEGACY_GENERATION_KEYS = ("num_beams", "max_length", "bad_words_ids", "forced_eos_token_id", "length_penalty")
+
+
+def _generation_config(path: Path, config: Mapping[str, Any], problems: list[str],
+                       legacy: tuple[str, ...] = _LEGACY_GENERATION_KEYS) -> dict[str, Any]:
+    """generation_config.json, or the ``legacy`` generation keys of config.json (moved there by transformers)."""
     if (path / "generation_config.json").is_file():
         return _read_json(path / "generation_config.json", problems, required=True)
-    legacy = ("num_beams", "max_length", "bad_words_ids", "forced_eos_token_id", "length_penalty")
     return {k: config[k] for k in legacy if k in config}
 
 

@@ -106,10 +106,15 @@ def unsupported_for_marian(config: TransformerConfig) -> list[str]:
         )
     if config.activation not in ACTIVATIONS:
         out.append(f"activation={config.activation!r}: no Marian activation_function for it")
-    if config.position_layout not in ("interleaved", "concat"):
+    if config.position_layout not in ("interleaved", "concat") or config.learned_positions:
         out.append(
-            f"position_layout={config.position_layout!r}: only sinusoidal positions can be exported"
+            f"position_layout={config.position_layout!r} (learned={config.learned_positions}): only the paper's "
+            "sinusoidal positions can be exported"
         )
+    if config.position_offset:
+        out.append(f"position_offset={config.position_offset}: Marian positions start at 0")
+    if config.embedding_norm:
+        out.append("embedding_norm=True: Marian has no LayerNorm on the embeddings")
     return out
 
 

@@ -36,7 +36,9 @@ _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
 
 
 def sinusoidal_positions(max_positions: int, d_model: int, layout: str) -> Tensor:
-    """The paper's PE table (max_positions, d_model); ``layout`` places sin/cos (see config)."""
+    """The sinusoid table (max_positions, d_model); ``layout`` places sin/cos (see config)."""
+    if layout == "m2m100":
+        return _fairseq_positions(max_positions, d_model)
     position = torch.arange(max_positions, dtype=torch.float64).unsqueeze(1)
     # 10000^(-2i/d_model), computed in float64 so imported checkpoints match their toolkits.
     inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
@@ -52,26 +54,61 @@ def sinusoidal_positions(max_positions: int, d_model: int, layout: str) -> Tenso
     return pe.float()
 
 
+def _fairseq_positions(max_positions: int, d_model: int) -> Tensor:
+    """fairseq's ``SinusoidalPositionalEmbedding`` table as M2M100 / NLLB were trained with it:
+    [sin | cos] with frequencies 10000^(-i / (d_model/2 - 1)), every step in float32 as fairseq
+    and transformers compute it, so rows are bit-identical (at NLLB's 1026 x 1024 a float64 table
+    would differ from theirs by up to 7e-5).
+
+    fairseq also zeroes row ``padding_idx``, the position of pad tokens. nmtserve masks pad tokens
+    instead and real positions start at row ``padding_idx + 1`` (``position_offset``), so that row
+    is never read and is left as the formula gives it.
+    """
+    half = d_model // 2
+    inv_freq = torch.exp(torch.arange(half, dtype=torch.int64).float() * -(math.log(10000) / (half - 1)))
+    angles = torch.arange(max_positions, dtype=torch.int64).float().unsqueeze(1) * inv_freq.unsqueeze(0)
+    return torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)  # (P, d_model)
+
+
 def _neg_inf(dtype: torch.dtype) -> float:
     # finfo.min, not -1e9: -1e9 overflows fp16, and -inf turns fully masked rows into NaN.
     return torch.finfo(dtype).min
 
 
 class Embeddings(nn.Module):
-    """Token embedding scaled by sqrt(d_model), plus sinusoidal positions (section 3.4, 3.5)."""
+    """Token embedding scaled by sqrt(d_model), plus positions (section 3.4, 3.5).
+
+    Positions are a table: sinusoids (a buffer, never stored) or learned (a parameter, mBART).
+    Position p reads row p + ``position_offset``. With ``embedding_norm`` the sum is normalised
+    (mBART's ``layernorm_embedding``). The config fixes every branch here, so the exported graph
+    is a Gather of the token, a Gather of the position (an Add of the offset before it), a Mul
+    and an Add, whatever the checkpoint.
+    """
 
     def __init__(self, vocab_size: int, config: TransformerConfig, table: nn.Embedding | None = None):
         super().__init__()
         self.lut = table if table is not None else nn.Embedding(vocab_size, config.d_model)
         self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.register_buffer(
-            "pe", sinusoidal_positions(config.max_positions, config.d_model, config.position_layout),
-            persistent=False,
-        )
+        self.position_offset = config.position_offset
+        self.learned = config.learned_positions
+        rows = config.max_positions + config.position_offset
+        if config.learned_positions:
+            self.pos_lut = nn.Embedding(rows, config.d_model)
+        else:
+            self.register_buffer(
+                "pe", sinusoidal_positions(rows, config.d_model, config.position_layout), persistent=False,
+            )
+        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.embedding_norm else nn.Identity()
         self.dropout = nn.Dropout(config.dropout)
 
+    @property
+    def position_table(self) -> Tensor:
+        """(max_positions + position_offset, d_model): row p + offset is position p."""
+        return self.pos_lut.weight if self.learned else self.pe
+
     def forward(self, ids: Tensor, positions: Tensor) -> Tensor:
-        return self.dropout(self.lut(ids) * self.scale + self.pe[positions])
+        rows = positions + self.position_offset if self.position_offset else positions
+        return self.dropout(self.norm(self.lut(ids) * self.scale + self.position_table[rows]))
 
 
 class MultiHeadAttention(nn.Module):
@@ -279,7 +316,9 @@ class Transformer(nn.Module):
     def decode_step(
         self,
         tokens: Tensor,  # (B, K) last token of each hypothesis
-        position: Tensor,  # (B,) position of that token (all beams of a sentence share it)
+        # (B,) position of that token in the target, 0 for the decoder start token (all beams of a
+        # sentence share it); the position table's offset is added inside
+        position: Tensor,
         past_key: Tensor,  # (T, R, L, h, d_k) every layer's self-attention keys
         past_value: Tensor,  # (T, R, L, h, d_k)
         cache_rows: Tensor,  # (B, K, T) cache row of each hypothesis' ancestor at each time

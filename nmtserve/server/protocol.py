@@ -234,8 +234,8 @@ def tokenize_request(tokenizer, texts: Sequence[str], spec: ModelSpec, *, prefix
 
 def _prefix_ids(tokenizer, text: str, language: str | None) -> list[int]:
     """A target prefix's tokens, without the specials a target sentence carries."""
-    if language is not None:  # [lang] X </s>, tokenized as a target-language sentence
-        return list(tokenizer.encode(text, language))[1:-1]
+    if language is not None:  # a multilingual tokenizer: the text's pieces alone
+        return list(tokenizer.encode_text(text))
     return list(tokenizer.encode_target(text))[:-1]  # X </s>
 
 
