@@ -248,3 +248,48 @@ def test_a_document_goes_into_the_language_asked_for(served):
         doc = client.translate_document("\n\n".join(TEXTS[:3]) + "\n", source_lang=source, target_lang=second,
                                         max_length=MAX_NEW)
     assert doc == "\n\n".join(want) + "\n"
+
+
+def test_external_weights_and_the_int8_gate_of_a_multilingual_export(tmp_path):
+    """Graphs written with external weights (as every graph over 2 GB must be: forced here with a
+    threshold of 0), quantized to int8 behind the quality gate translating eng_Latn -> fra_Latn,
+    served: the server's translations are the in-process engine's on the same int8 graphs."""
+    from nmtserve.export import quality
+    from nmtserve.runtime.onnxruntime import OnnxModel
+    from nmtserve.runtime.spec import SPEC_FILE, ModelSpec
+    from nmtserve.server.launcher import ServerConfig, TritonServer
+    from nmtserve.server.protocol import load_tokenizer, parse_search_options
+
+    build_checkpoint("nllb", tmp_path / "checkpoint")
+    (tmp_path / "gate.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    repo = tmp_path / "repository"
+    report = export(tmp_path / "checkpoint", ExportOptions(
+        repository=repo, max_source_len=48, max_target_len=48, max_batch=16, parity_sentences=6,
+        precision="int8", gate_source=tmp_path / "gate.txt", gate_source_lang="en", gate_target_lang="fr",
+        max_bleu_drop=100.0, external_data_bytes=0))
+    assert report.quality["int8"]["passed"]
+    artifacts = repo / "generate" / "1"
+    import onnx
+
+    for graph in ("encoder.onnx", "decoder.onnx"):
+        proto = onnx.load(str(artifacts / graph), load_external_data=False)
+        external = [t.name for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+        assert external and (artifacts / f"{graph}.data").is_file(), graph
+    gate = quality.GateSet.load(artifacts / quality.GATE_FILE)
+    assert (gate.source_lang, gate.target_lang) == ("eng_Latn", "fra_Latn")
+
+    spec = ModelSpec.load(artifacts / SPEC_FILE)
+    assert spec.precision == "int8"
+    runtime = OnnxModel(artifacts / "encoder.onnx", artifacts / "decoder.onnx", spec, threads=1)
+    tokenizer = load_tokenizer(artifacts, spec)
+    options = parse_search_options({"MAX_LENGTH": np.array([MAX_NEW], np.int32)}, spec, spec.max_beam)
+    # One sentence at a time on both sides: ONNX Runtime's dynamic int8 quantizes activations per
+    # tensor, so an int8 result depends on the batch it was decoded in.
+    want = []
+    for i in range(len(TEXTS)):
+        one = quality.GateSet(gate.sources[i : i + 1], None, "", source_lang="eng_Latn", target_lang="fra_Latn")
+        want.append(tokenizer.decode(quality.translate(runtime, tokenizer, one, options, max_sentences=1)[0][0]))
+    with TritonServer(ServerConfig.on_free_ports(repo)) as server, \
+            Translator(server.urls.grpc_address, batch_size=1, concurrency=1) as client:
+        got = client.translate(TEXTS, source_lang="eng_Latn", target_lang="fra_Latn", max_length=MAX_NEW)
+    assert [t.text for t in got] == want

@@ -41,13 +41,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import graphs
-from ..runtime.spec import ModelSpec
+from ..runtime.spec import ModelSpec, file_sha256
 from . import quality
 from .tensorrt import (
     BuildOptions,
     TensorRTUnavailable,
     build_engine,
-    file_sha256,
     gpu_identity,
     metadata_path,
 )

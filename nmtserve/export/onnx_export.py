@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -16,6 +17,19 @@ log = logging.getLogger(__name__)
 
 # 17: LayerNormalization is a single op (fewer nodes per step, fused by ORT and TensorRT).
 OPSET = 17
+# A graph whose weights pass this is written with its weights in one external data file beside it
+# (``<graph>.onnx.data``): protobuf cannot hold a message of 2 GB (NLLB-200 1.3B and up).
+EXTERNAL_DATA_BYTES = 2**31 - 2**27
+
+
+def data_file(graph: Path) -> Path:
+    """Where a graph's external weights live, when it has them."""
+    return graph.with_name(graph.name + ".data")
+
+
+def graph_files(graph: Path) -> list[Path]:
+    """The files of an exported graph: the ONNX file, and its weights file if it has one."""
+    return [graph, *([data_file(graph)] if data_file(graph).is_file() else [])]
 
 
 def dims_of(model: Transformer, max_beam: int = graphs.DEFAULT_MAX_BEAM) -> graphs.Dims:
@@ -74,35 +88,55 @@ def example_decoder_inputs(model: Transformer, batch: int = 2, beam: int = 3, pa
     return (ids, position, *past_kv, cache_rows, past_mask, *mem_k, *mem_v, src_mask)
 
 
-def _export(module: nn.Module, args: tuple, path: Path, inputs: list[graphs.Tensor], outputs: list[graphs.Tensor]) -> None:
+def _export(module: nn.Module, args: tuple, path: Path, inputs: list[graphs.Tensor], outputs: list[graphs.Tensor],
+            external_data_bytes: int = EXTERNAL_DATA_BYTES) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     # The exporter restores the wrapper's training flag afterwards, recursively: a wrapper left in
     # training mode would switch the wrapped model's dropout back on for everything that follows.
     module.eval()
-    with warnings.catch_warnings(), torch.no_grad():
-        # The TorchScript exporter: stable symbolic shapes via dynamic_axes and If/Loop-free
-        # graphs for these modules. Its deprecation warning is not actionable for us yet.
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            module, args, str(path),
-            input_names=[t.name for t in inputs],
-            output_names=[t.name for t in outputs],
-            dynamic_axes=graphs.dynamic_axes(inputs + outputs),
-            opset_version=OPSET,
-            do_constant_folding=True,
-            dynamo=False,
-        )
+    weights = sum(p.numel() * p.element_size() for p in module.parameters())
+    with tempfile.TemporaryDirectory(prefix=".onnx-export-", dir=path.parent) as tmp:
+        # Its own folder: over 2 GB the exporter writes a file per weight beside the graph.
+        exported = Path(tmp) / path.name
+        with warnings.catch_warnings(), torch.no_grad():
+            # The TorchScript exporter: stable symbolic shapes via dynamic_axes and If/Loop-free
+            # graphs for these modules. Its deprecation warning is not actionable for us yet.
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                module, args, str(exported),
+                input_names=[t.name for t in inputs],
+                output_names=[t.name for t in outputs],
+                dynamic_axes=graphs.dynamic_axes(inputs + outputs),
+                opset_version=OPSET,
+                do_constant_folding=True,
+                dynamo=False,
+            )
+        data_file(path).unlink(missing_ok=True)
+        if weights < external_data_bytes and len(list(Path(tmp).iterdir())) == 1:
+            exported.replace(path)
+            return
+        import onnx  # noqa: PLC0415 - a dependency of torch.onnx.export anyway
+
+        model = onnx.load(str(exported))  # with the weights, wherever the exporter put them
+        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=data_file(path).name, size_threshold=1024)
+        log.info("%s: %.2f GB of weights in %s", path.name, weights / 1e9, data_file(path).name)
 
 
-def export_encoder(model: Transformer, path: Path) -> Path:
+def export_encoder(model: Transformer, path: Path, external_data_bytes: int = EXTERNAL_DATA_BYTES) -> Path:
+    """``path``, and ``data_file(path)`` with the weights when they reach ``external_data_bytes``."""
     model.eval()
     src = torch.tensor([[5, 6, 7, 8, model.config.eos_id], [9, 10, model.config.eos_id, 0, 0]], dtype=torch.int32)
-    _export(EncoderGraph(model), (src,), path, graphs.encoder_inputs(), graphs.encoder_outputs(dims_of(model)))
+    _export(EncoderGraph(model), (src,), path, graphs.encoder_inputs(), graphs.encoder_outputs(dims_of(model)),
+            external_data_bytes)
     return path
 
 
-def export_decoder(model: Transformer, path: Path, max_beam: int = graphs.DEFAULT_MAX_BEAM) -> Path:
+def export_decoder(model: Transformer, path: Path, max_beam: int = graphs.DEFAULT_MAX_BEAM,
+                   external_data_bytes: int = EXTERNAL_DATA_BYTES) -> Path:
+    """As ``export_encoder``, for the incremental decoder."""
     model.eval()
     d = dims_of(model, max_beam)
-    _export(DecoderGraph(model, d), example_decoder_inputs(model), path, graphs.decoder_inputs(d), graphs.decoder_outputs(d))
+    _export(DecoderGraph(model, d), example_decoder_inputs(model), path, graphs.decoder_inputs(d),
+            graphs.decoder_outputs(d), external_data_bytes)
     return path

@@ -20,11 +20,11 @@ from .. import graphs
 from ..decoding.search import SearchOptions
 from ..model.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from ..runtime.onnxruntime import OnnxModel
-from ..runtime.spec import SPEC_FILE, ModelSpec, file_sha256
+from ..runtime.spec import SPEC_FILE, ModelSpec, graph_sha256
 from ..server.protocol import parse_search_options
 from . import quality
 from .lint import lint_file
-from .onnx_export import dims_of, export_decoder, export_encoder
+from .onnx_export import EXTERNAL_DATA_BYTES, dims_of, export_decoder, export_encoder, graph_files
 from .parity import ParityReport, check_parity
 from .quantize import parse_keep, quantize_int8
 from .repository import RepositoryOptions, check_layout, write_repository
@@ -66,6 +66,8 @@ class ExportOptions:
     gate_target_lang: str | None = None
     gate_sentences: int = quality.DEFAULT_GATE_SENTENCES
     int8_keep_fp32: tuple[str, ...] = ()  # nmtserve.export.quantize.KEEP_GROUPS left in fp32
+    # Weights of a graph from this size on go to one external data file beside it (over 2 GB: must).
+    external_data_bytes: int = EXTERNAL_DATA_BYTES
     # Serving limits written into the repository (RepositoryOptions; None: its defaults).
     limits: dict = field(default_factory=dict)
 
@@ -218,8 +220,8 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
     with tempfile.TemporaryDirectory(prefix="nmtserve-export-") as tmp_name:
         tmp = Path(tmp_name)
         t = time.monotonic()
-        encoder = export_encoder(model, tmp / "encoder.onnx")
-        decoder = export_decoder(model, tmp / "decoder.onnx", repo_opts.max_beam)
+        encoder = export_encoder(model, tmp / "encoder.onnx", opts.external_data_bytes)
+        decoder = export_decoder(model, tmp / "decoder.onnx", repo_opts.max_beam, opts.external_data_bytes)
         stage("onnx", t)
 
         t = time.monotonic()
@@ -231,13 +233,13 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
 
         d = dims_of(model, repo_opts.max_beam)
         files, artifacts = _tokenizer_artifacts(ckpt.tokenizer, tmp, ckpt.path)
-        artifacts.update({"encoder.onnx": encoder, "decoder.onnx": decoder})
+        artifacts.update({f.name: f for f in (*graph_files(encoder), *graph_files(decoder))})
         spec = ModelSpec(
             layers=d.layers, heads=d.heads, d_k=d.d_k, vocab=d.vocab, max_positions=cfg.max_positions,
             pad_id=cfg.pad_id, bos_id=cfg.bos_id, eos_id=cfg.eos_id, unk_id=cfg.unk_id,
             src_vocab=cfg.src_vocab_size, max_source_len=opts.max_source_len, max_target_len=opts.max_target_len, max_batch=opts.max_batch,
             beam_size=opts.beam_size, tokenizer=files, fp16=opts.precision == "fp16", max_beam=repo_opts.max_beam,
-            hashes={"encoder.onnx": file_sha256(encoder), "decoder.onnx": file_sha256(decoder)},
+            hashes={"encoder.onnx": graph_sha256(encoder), "decoder.onnx": graph_sha256(decoder)},
         )
         spec.save(tmp / SPEC_FILE)
         artifacts[SPEC_FILE] = tmp / SPEC_FILE
@@ -281,8 +283,9 @@ def _gate_set(ckpt: Checkpoint, opts: ExportOptions) -> quality.GateSet | None:
         return None
     try:
         if opts.gate_source is not None:
-            return quality.read_gate_set(opts.gate_source, opts.gate_reference, opts.gate_sentences)
-        gate = quality.checkpoint_gate_set(ckpt.path, opts.gate_sentences)
+            gate = quality.read_gate_set(opts.gate_source, opts.gate_reference, opts.gate_sentences)
+        else:
+            gate = quality.checkpoint_gate_set(ckpt.path, opts.gate_sentences)
     except quality.GateError as exc:
         raise ExportError(f"quality gate: {exc}") from exc
     if gate is None and opts.precision == "int8":
@@ -330,9 +333,9 @@ def _quality_gate(gate: quality.GateSet, ckpt: Checkpoint, spec: ModelSpec, opts
                                   "weight_matmuls_int8": sum(q.quantized for q in quantized.values())}
         if not checked.passed:
             raise ExportError(_gate_failure(checked, keep))
-        for name, q in quantized.items():
-            artifacts[name] = q.path
-        spec = dataclasses.replace(spec, precision="int8", hashes={name: file_sha256(q.path) for name, q in quantized.items()})
+        for q in quantized.values():
+            artifacts.update({f.name: f for f in graph_files(q.path)})
+        spec = dataclasses.replace(spec, precision="int8", hashes={name: graph_sha256(q.path) for name, q in quantized.items()})
         spec.save(artifacts[SPEC_FILE])
         repo_opts = dataclasses.replace(repo_opts, precision="int8", quality=checked.summary())
     elif opts.precision == "fp16":

@@ -64,6 +64,8 @@ def quantize_int8(source: Path, destination: Path, keep_fp32: Iterable[str] = ()
             model, str(destination), op_types_to_quantize=["MatMul"], per_channel=True,
             weight_type=QuantType.QInt8, nodes_to_exclude=kept,
             extra_options={"MatMulConstBOnly": True},
+            # a graph with external weights keeps them outside (<destination>.data): over 2 GB it must
+            use_external_data_format=Path(f"{source}.data").is_file(),
         )
     finally:
         root.setLevel(level)

@@ -39,7 +39,7 @@ from .quality import GATE_FILE, REPORT_FILE
 ARTIFACTS_MODEL = "generate"
 GRAPH_MODELS = ("encoder", "decoder")
 # Artifacts an export writes only sometimes: one left by an earlier export is removed.
-OPTIONAL_ARTIFACTS = (REPORT_FILE, GATE_FILE)
+OPTIONAL_ARTIFACTS = (REPORT_FILE, GATE_FILE, "encoder.onnx.data", "decoder.onnx.data")
 TARGETS = ("cpu", "gpu")
 DEFAULT_STEP_BACKEND = {"cpu": "inprocess", "gpu": "tensorrt"}
 # generate's plans on the gpu target: the ones Triton's TensorRT backend serves as encoder/decoder.

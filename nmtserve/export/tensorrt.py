@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import graphs
-from ..runtime.spec import ModelSpec, file_sha256  # torch-free: the GPU image has no torch
+from ..runtime.spec import ModelSpec, graph_sha256  # torch-free: the GPU image has no torch
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ def _cuda_driver_identity() -> dict | None:
 
 
 def plan_metadata(onnx_path: Path, opts: BuildOptions, trt_version: str, gpu: dict) -> dict:
-    return {"onnx_sha256": file_sha256(onnx_path), "tensorrt": trt_version, **gpu, "options": opts.key()}
+    return {"onnx_sha256": graph_sha256(onnx_path), "tensorrt": trt_version, **gpu, "options": opts.key()}
 
 
 def metadata_path(plan: Path) -> Path:

@@ -72,3 +72,12 @@ def file_sha256(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def graph_sha256(graph: Path) -> str:
+    """sha256 of an ONNX graph with its external weights (``<graph>.data``) when it has them: a
+    re-export that changed only the weights changes it too."""
+    data = Path(graph).with_name(Path(graph).name + ".data")
+    if not data.is_file():
+        return file_sha256(graph)
+    return hashlib.sha256((file_sha256(graph) + file_sha256(data)).encode()).hexdigest()
