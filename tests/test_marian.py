@@ -495,3 +495,33 @@ def test_a_marian_directory_goes_through_export_serve_and_client(marian, corpus,
         server.wait_until_ready(120)
         with Translator(server.urls.grpc_address) as client:
             assert [t.text for t in client.translate(texts)] == want
+
+
+def test_a_target_prefix_equals_generate_with_the_same_decoder_prompt(marian, corpus):
+    """TARGET_PREFIX on a Marian model: the prefix's tokens are a decoder prompt after the start
+    token, as ``generate(decoder_input_ids=[start, *prefix])``; the result starts with them."""
+    from nmtserve.decoding.search import TargetPrefix
+
+    name = BEAM_CONFIGS[0]
+    d, model, tok = marian(name)
+    ck = load_marian(d)
+    pad, eos, start = model.config.pad_token_id, model.config.eos_token_id, model.config.decoder_start_token_id
+    texts = [s for s, _ in corpus[:12]]
+    prefixes = [t.split()[0] for _, t in corpus[:12]]  # each reference's first word
+    hf = []
+    for text, prefix in zip(texts, prefixes, strict=True):
+        ids = ck.tokenizer.encode_target(prefix)[:-1]
+        with torch.no_grad():
+            out = model.generate(**tok([text], return_tensors="pt"), decoder_input_ids=torch.tensor([[start, *ids]]),
+                                 num_beams=4, max_new_tokens=MAX_NEW_TOKENS, length_penalty=1.0,
+                                 early_stopping=False, do_sample=False, bad_words_ids=[[pad]],
+                                 forced_eos_token_id=None)
+        hf.append(_generated(out, eos, pad)[0])
+    ours = reference_decode(ck.model, [ck.tokenizer.encode(t) for t in texts],
+                            SearchOptions(beam_size=4, max_length=MAX_NEW_TOKENS, length_penalty=1.0),
+                            [TargetPrefix(tuple(p), prompt=len(p)) for p in
+                             (ck.tokenizer.encode_target(x)[:-1] for x in prefixes)])
+    assert [o[0].tokens for o in ours] == hf
+    decode = ck.tokenizer.decode
+    assert all(decode(o[0].tokens).startswith(decode(ck.tokenizer.encode_target(p))) for o, p in
+               zip(ours, prefixes, strict=True))
