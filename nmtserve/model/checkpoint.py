@@ -84,6 +84,13 @@ def load_state_dict_strict(model: Transformer, weights: dict[str, torch.Tensor],
             target.copy_(value.to(target.dtype))
 
 
+def build_model(config: TransformerConfig, weights: dict[str, torch.Tensor], source: str) -> Transformer:
+    """The model of ``config`` with ``weights`` loaded strictly (fp32, eval mode, CPU)."""
+    model = Transformer(config)
+    load_state_dict_strict(model, weights, source)
+    return model.eval()
+
+
 def save_checkpoint(model: Transformer, directory: str | Path, source_spm: Path, target_spm: Path | None = None) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -111,9 +118,7 @@ def load_checkpoint(directory: str | Path) -> Checkpoint:
         config = TransformerConfig.load(directory / CONFIG_FILE)
     except (ConfigError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{directory / CONFIG_FILE}: {exc}") from exc
-    model = Transformer(config)
-    load_state_dict_strict(model, load_file(str(directory / WEIGHTS_FILE)), str(directory / WEIGHTS_FILE))
-    model.eval()
+    model = build_model(config, load_file(str(directory / WEIGHTS_FILE)), str(directory / WEIGHTS_FILE))
     target = directory / TARGET_SPM
     vocab_file = directory / VOCAB_FILE  # vocabulary-mapped checkpoints (converted Marian models)
     vocab = json.loads(vocab_file.read_text(encoding="utf-8")) if vocab_file.is_file() else None

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from .checkpoint import Checkpoint, CheckpointError, load_state_dict_strict
+from .checkpoint import Checkpoint, CheckpointError, build_model
 from .config import ConfigError, TransformerConfig
 from .marian import (
     _LAYER_KEY,
@@ -427,9 +427,7 @@ def load_multilingual_model(path: str | Path, *, unk_id: int | None = None) -> T
     """An M2M100 / NLLB / mBART directory's model as an nmtserve ``Transformer`` (fp32, eval mode, CPU)."""
     files = read_multilingual_directory(path)
     config, state = multilingual_to_nmtserve(files, unk_id=unk_id)
-    model = Transformer(config)
-    load_state_dict_strict(model, state, str(files.weights_file))
-    model.eval()
+    model = build_model(config, state, str(files.weights_file))
     _log_generation_differences(files, config.pad_id)
     if "forced_bos_token_id" in files.generation_settings:
         log.info("%s: forced_bos_token_id=%s (the target language) must be forced by the caller",

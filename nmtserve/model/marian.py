@@ -39,13 +39,13 @@ from safetensors.torch import load_file
 from .checkpoint import (
     Checkpoint,
     CheckpointError,
+    build_model,
     load_checkpoint,
-    load_state_dict_strict,
     save_checkpoint,
 )
 from .config import ConfigError, TransformerConfig
 from .tokenizer import Tokenizer
-from .transformer import Transformer, sinusoidal_positions
+from .transformer import sinusoidal_positions
 
 log = logging.getLogger(__name__)
 
@@ -395,9 +395,7 @@ def load_marian(path: str | Path, *, renormalize_pad: bool | None = None) -> Che
     """Load a Hugging Face Marian directory as an nmtserve ``Checkpoint`` (fp32, eval mode, CPU)."""
     files = read_marian_directory(path)
     config, state = marian_to_nmtserve(files, renormalize_pad=renormalize_pad)
-    model = Transformer(config)
-    load_state_dict_strict(model, state, str(files.weights_file))
-    model.eval()
+    model = build_model(config, state, str(files.weights_file))
     _log_generation_differences(files, config.pad_id)
     tokenizer = Tokenizer.from_files(files.path / SOURCE_SPM, files.path / TARGET_SPM, config, files.vocab)
     log.info("imported Marian %s (%d parameters; shared embeddings %s, tied output %s, logits bias %s)",
