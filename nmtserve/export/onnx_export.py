@@ -94,7 +94,6 @@ def _export(module: nn.Module, args: tuple, path: Path, inputs: list[graphs.Tens
     # The exporter restores the wrapper's training flag afterwards, recursively: a wrapper left in
     # training mode would switch the wrapped model's dropout back on for everything that follows.
     module.eval()
-    weights = sum(p.numel() * p.element_size() for p in module.parameters())
     with tempfile.TemporaryDirectory(prefix=".onnx-export-", dir=path.parent) as tmp:
         # Its own folder: over 2 GB the exporter writes a file per weight beside the graph.
         exported = Path(tmp) / path.name
@@ -112,7 +111,9 @@ def _export(module: nn.Module, args: tuple, path: Path, inputs: list[graphs.Tens
                 dynamo=False,
             )
         data_file(path).unlink(missing_ok=True)
-        if weights < external_data_bytes and len(list(Path(tmp).iterdir())) == 1:
+        files = list(Path(tmp).iterdir())
+        weights = sum(f.stat().st_size for f in files)  # the graph itself is a few hundred kB of it
+        if weights < external_data_bytes and files == [exported]:
             exported.replace(path)
             return
         import onnx  # noqa: PLC0415 - a dependency of torch.onnx.export anyway
