@@ -281,6 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"the language pair(s) of a repository exported without --pair (default: "
                         f"{','.join(gw.DEFAULT_UNNAMED_PAIRS)}, the demo's); "
                         "a repository of pairs names its own")
+    p.add_argument("--detect-languages", action="append", default=None, metavar="CODES",
+                   help="source=auto chooses among these served sources only (en,fr,de; default: all; more than "
+                        "8 are detected in Lingua's low-accuracy mode, weaker on short texts)")
     p.add_argument("--api-keys", metavar="FILE",
                    help="require an API key: FILE lists one per line, KEY [REQUESTS_PER_MINUTE [CHAR_LIMIT]] "
                         "(0 or none: unlimited)")

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Serve the shipped demo model (English -> French numbers, dates, sentences) on the real
-# tritonserver (CPU, ONNX Runtime) and translate sample sentences with the nmtserve client.
+# tritonserver (CPU, ONNX Runtime) and translate sample sentences with the nmtserve client; the
+# gateway (LibreTranslate and DeepL APIs, the web page) runs beside it. In a terminal the server
+# keeps serving until Ctrl+C, so the page can be used.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-NMTSERVE_EXTRAS=server,client,export . scripts/setup.sh
+NMTSERVE_EXTRAS=server,client,export,gateway . scripts/setup.sh
 http_port="${HTTP_PORT:-8000}" grpc_port="${GRPC_PORT:-8001}" metrics_port="${METRICS_PORT:-8002}"
+gateway_port="${GATEWAY_PORT:-5000}"
 
 echo "==> exporting models/en-fr-numbers -> model_repository (ONNX + parity check)" >&2
 nmtserve export models/en-fr-numbers --repository model_repository
 
-echo "==> starting tritonserver" >&2
+echo "==> starting tritonserver and the gateway" >&2
 nmtserve serve --model-repository model_repository --http-port "$http_port" --grpc-port "$grpc_port" \
-  --metrics-port "$metrics_port" &
+  --metrics-port "$metrics_port" --gateway-port "$gateway_port" &
 server=$!
 trap 'kill -INT $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
 python - "$http_port" "$server" <<'PY'
@@ -47,3 +50,19 @@ same = sum(g == w for g, w in zip(got, want))
 print(f"{same}/{len(sources)} as expected")
 sys.exit(0 if same == len(sources) else 1)
 PY
+
+# The gateway started with the server; its page translates as you type.
+python - "$gateway_port" <<'PY'
+import sys, time, urllib.request
+for _ in range(150):
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/languages", timeout=2)
+        break
+    except OSError:
+        time.sleep(0.2)
+PY
+echo "==> the web page: http://127.0.0.1:$gateway_port/   (LibreTranslate API at the same address, DeepL API v2 under /v2)"
+if [ -t 0 ]; then
+  echo "    serving until Ctrl+C" >&2
+  wait "$server" || true
+fi

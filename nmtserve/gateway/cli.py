@@ -1,0 +1,89 @@
+"""``nmtserve gateway``: the LibreTranslate/DeepL gateway and the web page, on uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..exitcodes import EXIT_OK, EXIT_USAGE
+from .config import GatewayConfig, read_api_keys
+from .languages import parse_pairs
+
+LOGGER = logging.getLogger(__name__)
+
+
+def config_from_args(args: argparse.Namespace) -> GatewayConfig:
+    """The gateway's settings from ``nmtserve gateway``'s options; ValueError names a bad one."""
+    from nmtserve.client import TLS
+
+    urls = [u.strip() for item in args.url or ["localhost:8001"] for u in item.split(",") if u.strip()]
+    headers = {}
+    for item in args.header:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--header takes NAME=VALUE, got {item!r}")
+        headers[name.strip()] = value
+    tls_files = {"ca": args.tls_ca, "cert": args.tls_cert, "key": args.tls_key, "server_name": args.tls_server_name}
+    tls: Any = TLS(**tls_files) if args.tls or any(tls_files.values()) else None
+    languages = [p for item in args.languages or [] for p in item.split(",") if p.strip()] or None
+    detect = [c.strip() for item in args.detect_languages or [] for c in item.split(",") if c.strip()] or None
+    if languages:
+        parse_pairs(languages)  # raises naming a malformed pair
+    for name in ("port", "concurrency"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if not args.timeout > 0:
+        raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    return GatewayConfig(
+        url=urls, protocol=args.protocol, model=args.model, timeout=args.timeout,
+        concurrency=args.concurrency, headers=headers or None, tls=tls, languages=languages,
+        detect_languages=detect,
+        api_keys=read_api_keys(Path(args.api_keys)) if args.api_keys else None,
+        char_limit=args.char_limit, alternatives_limit=args.alternatives_limit,
+        frontend_timeout_ms=args.frontend_timeout,
+        files_dir=Path(args.files_dir) if args.files_dir else None,
+    )
+
+
+def gateway_main(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from .app import create_app
+    except ImportError as exc:
+        print(f"nmtserve gateway: error: {exc.name} is not installed: pip install 'nmtserve[gateway]'",
+              file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        config = config_from_args(args)
+    except (OSError, ValueError) as exc:
+        print(f"nmtserve gateway: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    banner = (
+        f"nmtserve gateway: http://{display_host(args.host)}:{args.port}/  "
+        f"(web page; LibreTranslate API at /translate, /languages, ...; DeepL API v2 at /v2/...) "
+        f"-> Triton at {', '.join(config.url)} ({config.protocol})"
+    )
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                print(banner, flush=True)
+
+    server = Server(uvicorn.Config(
+        create_app(config), host=args.host, port=args.port, access_log=args.access_log,
+        log_level="info" if args.access_log else "warning", timeout_graceful_shutdown=5,
+        proxy_headers=True, server_header=False,
+    ))
+    server.run()
+    return EXIT_OK if server.started else 1
+
+
+def display_host(host: str) -> str:
+    """The address a local client dials for a server bound to ``host`` (0.0.0.0: loopback)."""
+    return {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(host, f"[{host}]" if ":" in host else host)

@@ -1,0 +1,222 @@
+"""LibreTranslate's HTTP API, shapes and messages as its ``app.py`` defines them.
+
+    POST /translate        q (a string or a list), source (a code or "auto"), target,
+                           format (text | html), alternatives, api_key
+                           -> {"translatedText", "detectedLanguage" (auto), "alternatives" (asked)}
+    POST /detect           q -> [{"confidence", "language"}]
+    GET  /languages        [{"code", "name", "targets"}]
+    GET  /frontend/settings
+    POST /translate_file   file (.txt, .md, .html), source, target, api_key -> {"translatedFileUrl"}
+    GET  /download_file/NAME
+    GET  /health           {"status": "ok"}
+
+Errors are ``{"error": "..."}``: 400 a bad or missing field, an unsupported language or
+format, over a limit; 403 a bad or missing key; 429 over the key's rate; 500 the translation
+failed or Triton cannot be reached.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse
+from starlette.routing import Route
+
+from .detect import Detection
+from .errors import BadRequest, Forbidden, GatewayError, RateLimited, TooLarge, endpoint
+from .files import FORMATS
+from .languages import Catalog
+from .params import read_params
+from .service import Service
+
+FORMAT_TEXT, FORMAT_HTML = "text", "html"
+AUTO = "auto"
+
+
+def _error(exc: GatewayError) -> JSONResponse:
+    if isinstance(exc, Forbidden):
+        return JSONResponse({"error": exc.message}, 403)
+    if isinstance(exc, RateLimited):
+        return JSONResponse({"error": f"Slowdown: {exc.message}"}, 429)
+    if isinstance(exc, BadRequest):
+        return JSONResponse({"error": exc.message}, 400)
+    return JSONResponse({"error": exc.message}, 500)
+
+
+def _missing(name: str) -> BadRequest:
+    return BadRequest(f"Invalid request: missing {name} parameter")
+
+
+def _string(value: Any, name: str) -> str:
+    if not value:
+        raise _missing(name)
+    if not isinstance(value, str):
+        raise BadRequest(f"Invalid request: {name} parameter must be a string")
+    return value
+
+
+def _detected(found: Detection) -> dict[str, Any]:
+    return {"confidence": found.confidence, "language": found.language}
+
+
+def _check_pair(catalog: Catalog, source: str, target: str) -> None:
+    if source not in catalog.sources:
+        raise BadRequest(f"{source} is not supported")
+    if target not in catalog.codes:
+        raise BadRequest(f"{target} is not supported")
+    if not catalog.serves(source, target):
+        raise BadRequest(
+            f"{catalog.name(target)} ({target}) is not available as a target language from "
+            f"{catalog.name(source)} ({source})"
+        )
+
+
+def _check_length(texts: list[str], limit: int) -> None:
+    for text in texts:
+        if limit != -1 and len(text) > limit:
+            raise TooLarge(f"Invalid request: request ({len(text)}) exceeds text limit ({limit})")
+
+
+def routes(service: Service) -> list[Route]:
+    config = service.config
+
+    async def source_for(texts: list[str], source: str, target: str) -> tuple[str, Detection | None]:
+        """The source code, and what was detected when it is "auto"."""
+        if source != AUTO:
+            return source, None
+        found = await service.detect_source("\n".join(texts), target)
+        if found is None:
+            raise BadRequest(f"{target} is not supported")
+        return found.language, found
+
+    @endpoint(_error)
+    async def translate(request: Request) -> JSONResponse:
+        params = await read_params(request)
+        key = service.access.check(params.get("api_key"))
+        q = params.get("q")
+        if not q:
+            raise _missing("q")
+        source, target = _string(params.get("source"), "source"), _string(params.get("target"), "target")
+        try:
+            alternatives = max(0, int(params.get("alternatives") or 0))
+        except (TypeError, ValueError):
+            raise BadRequest("Invalid request: alternatives parameter is not a number") from None
+        if alternatives > config.alternatives_limit != -1:
+            raise BadRequest(
+                f"Invalid request: alternatives parameter must be <= {config.alternatives_limit}")
+        batch = isinstance(q, list)
+        texts = q if batch else [q]
+        if not all(isinstance(t, str) for t in texts):
+            raise BadRequest("Invalid request: q parameter must be a string or a list of strings")
+        if not params.is_json:
+            texts = ["\n".join(t.splitlines()) for t in texts]  # LF only, so limits count alike
+        _check_length(texts, service.access.char_limit(key, config.char_limit))
+        source, detected = await source_for(texts, source, target)
+        fmt = params.get("format") or FORMAT_TEXT
+        if fmt not in (FORMAT_TEXT, FORMAT_HTML):
+            raise BadRequest(f"{fmt} format is not supported")
+        _check_pair(await service.catalog(), source, target)
+        done = await service.translate(texts, source, target, html=fmt == FORMAT_HTML,
+                                       alternatives=alternatives)
+        if batch:
+            result: dict[str, Any] = {"translatedText": [d.text for d in done]}
+            if detected is not None:
+                result["detectedLanguage"] = [_detected(detected)] * len(done)
+            if alternatives:
+                result["alternatives"] = [d.alternatives for d in done]
+        else:
+            result = {"translatedText": done[0].text}
+            if detected is not None:
+                result["detectedLanguage"] = _detected(detected)
+            if alternatives:
+                result["alternatives"] = done[0].alternatives
+        return JSONResponse(result)
+
+    @endpoint(_error)
+    async def detect(request: Request) -> JSONResponse:
+        params = await read_params(request)
+        service.access.check(params.get("api_key"))
+        q = params.get("q")
+        if not q:
+            raise _missing("q")
+        if isinstance(q, list) and all(isinstance(t, str) for t in q):
+            q = "\n".join(q)
+        if not isinstance(q, str):
+            raise BadRequest("Invalid request: q parameter must be a string")
+        return JSONResponse([_detected(d) for d in await service.detect(q)])
+
+    @endpoint(_error)
+    async def languages(request: Request) -> JSONResponse:
+        catalog = await service.catalog()
+        return JSONResponse([{"code": c, "name": catalog.name(c), "targets": catalog.targets_of(c)}
+                             for c in catalog.codes])
+
+    @endpoint(_error)
+    async def frontend_settings(request: Request) -> JSONResponse:
+        catalog = await service.catalog()
+        target = catalog.targets_of(catalog.sources[0])[0] if catalog.pairs else ""
+        return JSONResponse({
+            "charLimit": config.char_limit,
+            "frontendTimeout": config.frontend_timeout_ms,
+            "apiKeys": service.access.required,
+            "keyRequired": service.access.required,
+            "suggestions": False,
+            "filesTranslation": True,
+            "supportedFilesFormat": list(FORMATS),
+            "language": {
+                "source": {"code": AUTO, "name": "Auto Detect"},
+                "target": {"code": target, "name": catalog.name(target)},
+            },
+        })
+
+    @endpoint(_error)
+    async def translate_file(request: Request) -> JSONResponse:
+        params = await read_params(request)
+        try:
+            key = service.access.check(params.get("api_key"))
+            upload = params.file("file")
+            if upload is None:
+                raise _missing("file")
+            source, target = _string(params.get("source"), "source"), _string(params.get("target"), "target")
+            if not upload.filename:
+                raise BadRequest("Invalid request: empty file")
+            fmt = FORMATS.get(PurePath(upload.filename).suffix.lower())
+            if fmt is None:
+                raise BadRequest("Invalid request: file format not supported")
+            try:
+                text = (await upload.read()).decode("utf-8")
+            except UnicodeDecodeError:
+                raise BadRequest("Invalid request: the file is not UTF-8 text") from None
+            if "\x00" in text:
+                raise BadRequest("Invalid request: the file is binary, not text")
+            _check_length([text], service.access.char_limit(key, config.char_limit))
+            source, _ = await source_for([text], source, target)
+            _check_pair(await service.catalog(), source, target)
+            translated = await service.translate_document(text, fmt, source, target)
+        finally:
+            await params.close()
+        name = service.files.put(upload.filename, translated.encode("utf-8"))
+        return JSONResponse({"translatedFileUrl": str(request.url_for("download_file", filename=name))})
+
+    @endpoint(_error)
+    async def download_file(request: Request) -> FileResponse:
+        found = service.files.get(request.path_params["filename"])
+        if found is None:
+            raise BadRequest("Invalid filename (or the file expired: translated files are kept 30 minutes)")
+        path, name = found
+        return FileResponse(path, filename=name)
+
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    return [
+        Route("/translate", translate, methods=["POST"]),
+        Route("/detect", detect, methods=["POST"]),
+        Route("/languages", languages, methods=["GET"]),
+        Route("/frontend/settings", frontend_settings, methods=["GET"]),
+        Route("/translate_file", translate_file, methods=["POST"]),
+        Route("/download_file/{filename:str}", download_file, methods=["GET"], name="download_file"),
+        Route("/health", health, methods=["GET"]),
+    ]

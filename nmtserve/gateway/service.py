@@ -1,0 +1,219 @@
+"""What both APIs and the page do, over one ``AsyncTranslator``: the languages served,
+detection, translating texts and documents, the files waiting for download.
+
+Texts take one of two paths to Triton. One sentence (no line break, no sentence end followed
+by more text) goes to the ``translate`` ensemble: the fast path, with an n-best list for
+``alternatives``. Anything longer, and every HTML text, goes to ``translate_document``, which
+cuts it into sentences, translates them in one batch and puts the layout back; it has no n-best
+list, so a multi-sentence text gets no alternatives (as LibreTranslate gives none for HTML).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from nmtserve.client import AsyncTranslator, InvalidInputError, TranslationError
+
+from .access import Access
+from .config import DEFAULT_UNNAMED_PAIRS, GatewayConfig
+from .detect import Detection, Detector
+from .errors import from_client
+from .files import FileStore
+from .languages import Catalog, discover
+
+LOGGER = logging.getLogger(__name__)
+
+# More than one sentence: a line break, or a sentence end followed by more text.
+_SEVERAL_SENTENCES = re.compile(r"\n|[.!?\u2026\u3002\uff01\uff1f][\"'\u2019\u201d)\]]*\s+\S")
+
+_REQUEST_POSITION = re.compile(r"\bTEXT\[\d+\]")
+_ENSEMBLE_PREFIX = re.compile(r"^in ensemble '[^']*', ")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Translated:
+    text: str
+    alternatives: list[str]
+
+
+def is_one_sentence(text: str) -> bool:
+    return not _SEVERAL_SENTENCES.search(text.strip())
+
+
+class Service:
+    def __init__(self, config: GatewayConfig) -> None:
+        self.config = config
+        self.translator = AsyncTranslator(
+            config.url, config.protocol, config.model, timeout=config.timeout,
+            concurrency=config.concurrency, headers=config.headers, tls=config.tls,  # type: ignore[arg-type]
+        )
+        self.access = Access(config.api_keys)
+        self.files = FileStore(config.files_dir)
+        self._unnamed = tuple(config.languages or DEFAULT_UNNAMED_PAIRS)
+        self._catalog: Catalog | None = None
+        self._catalog_at = float("-inf")
+        self._catalog_lock = asyncio.Lock()
+        self._detector: Detector | None = None
+        self._warm_up: asyncio.Task[None] | None = None
+
+    # -- lifetime
+
+    def start(self) -> None:
+        """Read the languages and load the detector in the background: the first user should
+        not wait for either, and a server that is not up yet must not stop the gateway."""
+        self._warm_up = asyncio.create_task(self._warm())
+
+    async def _warm(self) -> None:
+        try:
+            await (await self.detector()).ready()
+        except Exception as exc:  # noqa: BLE001 - logged; every request retries the discovery
+            LOGGER.warning("languages not known yet: %s", exc)
+
+    async def close(self) -> None:
+        if self._warm_up is not None:
+            self._warm_up.cancel()
+            await asyncio.gather(self._warm_up, return_exceptions=True)
+        await self.translator.close()
+        self.files.close()
+
+    # -- languages
+
+    async def catalog(self) -> Catalog:
+        """The languages served: read from the server, kept ``catalog_ttl_s``; while the server
+        cannot be asked, the last list (and only without one: Unavailable)."""
+        catalog = self._catalog
+        fresh = time.monotonic() - self._catalog_at < self.config.catalog_ttl_s
+        if catalog is not None and (fresh or self._catalog_lock.locked()):
+            return catalog
+        async with self._catalog_lock:
+            if self._catalog is not None and time.monotonic() - self._catalog_at < self.config.catalog_ttl_s:
+                return self._catalog
+            try:
+                found = await discover(self.translator, self._unnamed)
+            except TranslationError as exc:
+                if self._catalog is None:
+                    raise from_client(exc) from exc
+                LOGGER.warning("could not refresh the languages (keeping the last list): %s", exc)
+                found = self._catalog
+            if found != self._catalog:
+                self._announce(found)
+            self._catalog, self._catalog_at = found, time.monotonic()
+            return found
+
+    def _announce(self, catalog: Catalog) -> None:
+        pairs = ", ".join(f"{s}-{t}" for s, t in catalog.pairs)
+        if catalog.routed:
+            if self.config.languages:
+                LOGGER.warning("the server names its language pairs; --languages is not used")
+            LOGGER.info("serving the language pairs %s", pairs)
+        else:
+            LOGGER.info("the server's model has no language pair: serving it as %s%s", pairs,
+                        "" if self.config.languages else " (name it with --languages SRC-TGT)")
+
+    async def detector(self) -> Detector:
+        sources = (await self.catalog()).sources
+        if self.config.detect_languages:
+            wanted = set(self.config.detect_languages)
+            sources = [s for s in sources if s in wanted] or sources
+        if self._detector is None or self._detector.sources != tuple(sources):
+            self._detector = Detector(sources)
+        return self._detector
+
+    async def detect(self, text: str) -> list[Detection]:
+        return await (await self.detector()).detect(text)
+
+    async def detect_source(self, text: str, target: str) -> Detection | None:
+        """The most likely source language of ``text`` among those that translate into
+        ``target`` (None when no served source does)."""
+        catalog = await self.catalog()
+        for found in await self.detect(text):
+            if catalog.serves(found.language, target):
+                return found
+        sources = [s for s in catalog.sources if catalog.serves(s, target)]
+        return Detection(sources[0], 0.0) if sources else None
+
+    # -- translating
+
+    async def translate(
+        self, texts: Sequence[str], source: str, target: str, *, html: bool = False, alternatives: int = 0
+    ) -> list[Translated]:
+        """Each text's translation (and up to ``alternatives`` other hypotheses, for a
+        one-sentence plain text), in order; the pair must be served (checked by the caller)."""
+        route = (await self.catalog()).route(source, target)
+        one = [not html and is_one_sentence(t) for t in texts]
+        sentences = [i for i in range(len(texts)) if one[i]]
+        documents = [i for i in range(len(texts)) if not one[i]]
+        jobs: list[Awaitable[Any]] = []
+        if sentences:
+            nbest = {"num_hypotheses": alternatives + 1} if alternatives else {}
+            named = sentences if len(texts) > 1 else None
+            jobs.append(self._sentences([texts[i].strip() for i in sentences], named, route, nbest))
+        fmt = "html" if html else "plain"
+        jobs += [self._document(texts[i], fmt, route, i if len(texts) > 1 else None) for i in documents]
+        results: list[Translated | None] = [None] * len(texts)
+        done = await _gather(jobs)
+        if sentences:
+            for i, translation in zip(sentences, done.pop(0), strict=True):
+                best = translation.text
+                others = [h.text for h in translation.hypotheses or []]
+                results[i] = Translated(best, _unique(others, best)[:alternatives])
+        for i, text in zip(documents, done, strict=True):
+            results[i] = Translated(text, [])
+        return [r for r in results if r is not None]
+
+    async def _sentences(self, texts: list[str], positions: list[int] | None, route: dict, nbest: dict) -> list:
+        """The client's translations; an error names the text by ``positions`` (its place in
+        the caller's list, None for a single text)."""
+        try:
+            return await self.translator.translate(texts, **route, **nbest)
+        except TranslationError as exc:
+            error = from_client(exc)
+            if isinstance(exc, InvalidInputError):
+                # "TEXT[3]" is the sentence's place in a request the client cut and sorted.
+                error.message = _REQUEST_POSITION.sub("the text", _ENSEMBLE_PREFIX.sub("", exc.message))
+                if exc.index is not None and positions is not None:
+                    error.message = f"q[{positions[exc.index]}]: {error.message}"
+            raise error from exc
+
+    async def _document(self, text: str, fmt: str, route: dict, position: int | None) -> str:
+        try:
+            return await self.translator.translate_document(text, fmt, **route)
+        except TranslationError as exc:
+            error = from_client(exc)
+            if position is not None:
+                error.message = f"q[{position}]: {error.message}"
+            raise error from exc
+
+    async def translate_document(self, text: str, fmt: str, source: str, target: str) -> str:
+        return await self._document(text, fmt, (await self.catalog()).route(source, target), None)
+
+
+def _unique(texts: list[str], best: str) -> list[str]:
+    """LibreTranslate's alternatives: each other hypothesis once, never the best or an empty one."""
+    seen, unique = {best, ""}, []
+    for text in texts:
+        if text not in seen:
+            seen.add(text)
+            unique.append(text)
+    return unique
+
+
+async def _gather(jobs: list[Awaitable[T]]) -> list[T]:
+    """All results, or the first error with the other jobs cancelled (TaskGroup, for 3.10)."""
+    if len(jobs) == 1:
+        return [await jobs[0]]
+    tasks = [asyncio.ensure_future(j) for j in jobs]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+

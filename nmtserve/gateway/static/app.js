@@ -1,0 +1,260 @@
+// The page of `nmtserve gateway`: talks to the LibreTranslate API of the server that served it.
+// No framework, no build step, nothing from elsewhere.
+"use strict";
+
+(() => {
+  const $ = (id) => document.getElementById(id);
+  const AUTO = "auto";
+  const KEY_STORE = "nmtserve.apiKey";
+  const state = {
+    languages: [],          // /languages: [{code, name, targets}]
+    settings: {},           // /frontend/settings
+    alternatives: 3,        // lowered to the server's limit if it refuses 3
+    seq: 0,                 // the latest translation asked for; older answers are dropped
+    controller: null,       // aborts the request in flight when a newer one starts
+    timer: null,            // the pause in typing before translating
+  };
+
+  // -- talking to the server
+
+  async function api(path, options = {}) {
+    let response;
+    try {
+      response = await fetch(path, options);
+    } catch (error) {
+      if (error.name === "AbortError") throw error;
+      throw new Error(`The gateway cannot be reached (${error.message}).`);
+    }
+    let body = null;
+    try { body = await response.json(); } catch { /* not JSON: the status says it */ }
+    if (!response.ok) {
+      const message = body && (body.error || body.message);
+      throw new Error(message || `${response.status} ${response.statusText}`);
+    }
+    return body;
+  }
+
+  function apiKey() { return $("api-key").value.trim(); }
+
+  function showError(message) {
+    $("error").textContent = message || "";
+    $("error").hidden = !message;
+  }
+
+  // -- languages
+
+  function nameOf(code) {
+    const found = state.languages.find((l) => l.code === code);
+    return found ? found.name : code;
+  }
+
+  function option(code, name) {
+    const o = document.createElement("option");
+    o.value = code;
+    o.textContent = name;
+    return o;
+  }
+
+  function fillSources() {
+    const select = $("source");
+    const keep = select.value || AUTO;
+    select.replaceChildren(option(AUTO, "Auto Detect"));
+    for (const l of state.languages) {
+      if (l.targets.length) select.append(option(l.code, l.name));
+    }
+    select.value = [...select.options].some((o) => o.value === keep) ? keep : AUTO;
+  }
+
+  function targetsOf(source) {
+    if (source !== AUTO) {
+      const found = state.languages.find((l) => l.code === source);
+      return found ? found.targets : [];
+    }
+    return [...new Set(state.languages.flatMap((l) => l.targets))].sort();
+  }
+
+  function fillTargets() {
+    const select = $("target");
+    const keep = select.value || (state.settings.language && state.settings.language.target.code);
+    const codes = targetsOf($("source").value);
+    select.replaceChildren(...codes.map((c) => option(c, nameOf(c))));
+    if (codes.includes(keep)) select.value = keep;
+    updateSwap();
+  }
+
+  function updateSwap() {
+    const source = $("source").value;
+    const target = $("target").value;
+    $("swap").disabled = source === AUTO || !targetsOf(target).includes(source);
+  }
+
+  // -- translating text
+
+  function schedule() {
+    clearTimeout(state.timer);
+    state.timer = setTimeout(translate, state.settings.frontendTimeout || 500);
+    $("chars").textContent = charCount();
+  }
+
+  function charCount() {
+    const n = $("source-text").value.length;
+    const limit = state.settings.charLimit;
+    return limit > 0 ? `${n} / ${limit}` : "";
+  }
+
+  async function translate() {
+    clearTimeout(state.timer);
+    const q = $("source-text").value;
+    const seq = ++state.seq;
+    if (state.controller) state.controller.abort();
+    if (!q.trim()) {
+      $("translation").value = "";
+      showAlternatives([]);
+      $("detected").textContent = "";
+      $("status").textContent = "";
+      showError("");
+      return;
+    }
+    const controller = (state.controller = new AbortController());
+    $("status").textContent = "Translating…";
+    const body = {
+      q, source: $("source").value, target: $("target").value, format: "text",
+      alternatives: state.alternatives, api_key: apiKey() || undefined,
+    };
+    try {
+      const result = await api("/translate", {
+        method: "POST", headers: { "Content-Type": "application/json" },
+        body: JSON.stringify(body), signal: controller.signal,
+      });
+      if (seq !== state.seq) return;
+      $("translation").value = result.translatedText;
+      showAlternatives(result.alternatives || []);
+      const d = result.detectedLanguage;
+      $("detected").textContent = d ? `Detected: ${nameOf(d.language)} (${Math.round(d.confidence)}%)` : "";
+      $("status").textContent = "";
+      showError("");
+    } catch (error) {
+      if (error.name === "AbortError" || seq !== state.seq) return;
+      const limit = /alternatives parameter must be <= (\d+)/.exec(error.message);
+      if (limit && Number(limit[1]) < state.alternatives) {
+        state.alternatives = Number(limit[1]);
+        return translate();
+      }
+      $("status").textContent = "";
+      showError(error.message);
+    }
+  }
+
+  function showAlternatives(list) {
+    const ul = $("alternatives");
+    ul.replaceChildren();
+    for (const text of list) {
+      const li = document.createElement("li");
+      const button = document.createElement("button");
+      button.type = "button";
+      button.textContent = text;
+      button.addEventListener("click", () => {
+        // The chosen one becomes the translation; the one it replaces takes its place.
+        const current = $("translation").value;
+        $("translation").value = text;
+        button.textContent = current;
+        $("status").textContent = "Alternative chosen";
+      });
+      li.append(button);
+      ul.append(li);
+    }
+    $("alternatives-box").hidden = list.length === 0;
+  }
+
+  async function copy() {
+    const text = $("translation").value;
+    try {
+      await navigator.clipboard.writeText(text);
+    } catch {
+      $("translation").select();  // no clipboard API (e.g. plain HTTP): the old way
+      document.execCommand("copy");
+    }
+    $("status").textContent = "Copied";
+  }
+
+  function swap() {
+    const source = $("source").value;
+    const target = $("target").value;
+    $("source").value = target;
+    fillTargets();
+    $("target").value = source;
+    $("source-text").value = $("translation").value;
+    updateSwap();
+    translate();
+  }
+
+  // -- translating a file
+
+  async function translateFile() {
+    const file = $("file").files[0];
+    $("download").hidden = true;
+    if (!file) {
+      showError("Choose a file to translate first.");
+      $("file").focus();
+      return;
+    }
+    const form = new FormData();
+    form.append("file", file);
+    form.append("source", $("source").value);
+    form.append("target", $("target").value);
+    if (apiKey()) form.append("api_key", apiKey());
+    $("file-status").textContent = `Translating ${file.name}…`;
+    try {
+      const result = await api("/translate_file", { method: "POST", body: form });
+      const link = $("download");
+      link.href = result.translatedFileUrl;
+      link.download = file.name;
+      link.textContent = `Download ${file.name} (${nameOf($("target").value)})`;
+      link.hidden = false;
+      $("file-status").textContent = "Translated.";
+      showError("");
+      link.focus();
+    } catch (error) {
+      $("file-status").textContent = "";
+      showError(error.message);
+    }
+  }
+
+  // -- start
+
+  async function load() {
+    try {
+      const [settings, languages] = await Promise.all([api("/frontend/settings"), api("/languages")]);
+      state.settings = settings;
+      state.languages = languages;
+      $("key-row").hidden = !settings.keyRequired;
+      const formats = settings.supportedFilesFormat || [];
+      $("file").accept = formats.join(",");
+      $("formats").textContent = formats.join(", ");
+      fillSources();
+      fillTargets();
+      showError("");
+      if ($("source-text").value.trim()) translate();
+    } catch (error) {
+      showError(`${error.message} Retrying…`);
+      setTimeout(load, 5000);
+    }
+  }
+
+  $("api-key").value = localStorage.getItem(KEY_STORE) || "";
+  $("api-key").addEventListener("change", () => localStorage.setItem(KEY_STORE, apiKey()));
+  $("source-text").addEventListener("input", schedule);
+  $("source-text").addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+      event.preventDefault();
+      translate();
+    }
+  });
+  $("translate").addEventListener("click", translate);
+  $("source").addEventListener("change", () => { fillTargets(); translate(); });
+  $("target").addEventListener("change", () => { updateSwap(); translate(); });
+  $("swap").addEventListener("click", swap);
+  $("copy").addEventListener("click", copy);
+  $("translate-file").addEventListener("click", translateFile);
+  load();
+})();

@@ -1,0 +1,196 @@
+"""The gateway on a repository of two language pairs (en-fr: the demo model; en-es: a different,
+random model), against a real tritonserver, and its web page in a real browser.
+
+Proves: both APIs list the pairs the server serves and route each request to its pair (each
+answer equals what the nmtserve client gets from that pair directly); the curl commands of
+LibreTranslate's documentation work verbatim (only the address changed); the page, driven in
+headless Chromium (Debian's package, through Playwright, nothing downloaded), translates a
+showcase sentence as it is typed and on Ctrl+Enter, follows a switch of the target language,
+offers the n-best alternatives, copies, shows the server's errors, and translates a file into a
+download.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from gateway_helpers import EXPECTED, export_two_pairs, running_gateway
+
+from nmtserve.client import Translator
+from nmtserve.server.launcher import ServerConfig, TritonServer
+
+pytestmark = [pytest.mark.server, pytest.mark.usefixtures("one_torch_thread")]
+
+ENGLISH = list(EXPECTED)
+# LibreTranslate's documentation (docs.libretranslate.com, the quick start), verbatim.
+DOCS_CURL = (
+    'curl -X POST http://localhost:5000/translate -d q="Hello" -d source=en -d target=es',
+    'curl -X POST https://libretranslate.com/translate -d q="Hello" -d source=en -d target=es -d api_key=xxxxx',
+)
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def triton(tmp_path_factory, demo_checkpoint):
+    repo, _ = export_two_pairs(tmp_path_factory.mktemp("pairs"), demo_checkpoint)
+    with TritonServer(ServerConfig.on_free_ports(repo)) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def gateway(triton, tmp_path_factory):
+    with running_gateway(triton.urls.grpc_address, tmp_path_factory.mktemp("gw")) as gw:
+        yield gw
+
+
+@pytest.fixture(scope="module")
+def direct(triton):
+    with Translator(triton.urls.grpc_address) as client:
+        yield client
+
+
+def spanish(direct, text: str) -> str:
+    return direct.translate(text, source_lang="en", target_lang="es").text
+
+
+def test_both_apis_list_the_served_pairs(gateway):
+    assert gateway.get("/languages").json() == [
+        {"code": "en", "name": "English", "targets": ["es", "fr"]},
+        {"code": "es", "name": "Spanish", "targets": []},
+        {"code": "fr", "name": "French", "targets": []},
+    ]
+    assert gateway.get("/v2/languages").json() == [{"language": "EN", "name": "English"}]
+    assert [entry["language"] for entry in gateway.get("/v2/languages", params={"type": "target"}).json()] == [
+        "ES", "FR"]
+
+
+def test_each_request_goes_to_its_pair(gateway, direct):
+    texts = ENGLISH[:4]
+    french = gateway.post("/translate", json={"q": texts, "source": "en", "target": "fr"}).json()
+    assert french == {"translatedText": [EXPECTED[t] for t in texts]}
+    want = [spanish(direct, t) for t in texts]
+    assert want != french["translatedText"]
+    assert gateway.post("/translate", json={"q": texts, "source": "auto", "target": "es"}).json()[
+        "translatedText"] == want
+    deepl = gateway.post("/v2/translate", json={"text": texts, "target_lang": "ES"}).json()
+    assert [t["text"] for t in deepl["translations"]] == want
+    doc = f"{texts[0]} {texts[2]}\n"
+    assert gateway.post("/translate", json={"q": doc, "source": "en", "target": "es"}).json()["translatedText"] == (
+        direct.translate_document(doc, "plain", source_lang="en", target_lang="es"))
+
+
+@pytest.mark.parametrize("command", DOCS_CURL)
+def test_the_curl_commands_of_libretranslates_documentation(gateway, direct, command):
+    host = command.split()[3].rsplit("/", 1)[0]  # http://localhost:5000 or https://libretranslate.com
+    out = subprocess.run(["bash", "-c", command.replace(host, gateway.url)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"translatedText": spanish(direct, "Hello")}
+
+
+# -- the page, in a real browser
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).is_file():
+        message = "chromium is not installed (Debian: apt-get install chromium; scripts/test.sh does it as root)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def page(browser, gateway):
+    context = browser.new_context(viewport={"width": 1100, "height": 800})
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=gateway.url)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.goto(gateway.url + "/")
+    page.wait_for_function("document.getElementById('target').options.length === 2")
+    yield page
+    context.close()
+
+
+def wait_for_translation(page, text: str) -> None:
+    page.wait_for_function("want => document.getElementById('translation').value === want", arg=text)
+
+
+def test_the_page_translates_as_you_type_and_follows_the_target(page, direct):
+    sentence = ENGLISH[0]
+    page.select_option("#target", "fr")
+    page.focus("#source-text")
+    page.keyboard.type(sentence)  # no button: the pause after typing translates
+    wait_for_translation(page, EXPECTED[sentence])
+    assert page.text_content("#detected") == "Detected: English (100%)"
+
+    page.focus("#target")  # from the keyboard: French -> Spanish, the option above
+    page.keyboard.press("ArrowUp")
+    assert page.input_value("#target") == "es"
+    wait_for_translation(page, spanish(direct, sentence))
+
+    page.select_option("#target", "fr")
+    page.fill("#source-text", "")
+    page.focus("#source-text")
+    page.keyboard.insert_text(ENGLISH[2])
+    page.keyboard.press("Control+Enter")
+    wait_for_translation(page, EXPECTED[ENGLISH[2]])
+    assert page.is_hidden("#error")
+
+
+def test_the_page_offers_alternatives_copies_and_shows_errors(page):
+    sentence = ENGLISH[2]
+    page.select_option("#target", "fr")
+    page.fill("#source-text", sentence)
+    page.click("#translate")
+    wait_for_translation(page, EXPECTED[sentence])
+    page.wait_for_selector("#alternatives button")
+    first = page.text_content("#alternatives button")
+    assert first and first != EXPECTED[sentence]
+    page.click("#alternatives button")
+    assert page.input_value("#translation") == first
+    assert page.text_content("#alternatives button") == EXPECTED[sentence]  # it took the chosen one's place
+
+    page.click("#copy")
+    page.wait_for_function("document.getElementById('status').textContent === 'Copied'")
+    assert page.evaluate("navigator.clipboard.readText()") == first
+
+    page.fill("#source-text", " ".join(["one"] * 300))  # over the model's 128 source tokens
+    page.click("#translate")
+    page.wait_for_selector("#error:not([hidden])")
+    assert "too long" in page.text_content("#error")
+    page.fill("#source-text", sentence)
+    page.keyboard.press("Control+Enter")
+    wait_for_translation(page, EXPECTED[sentence])
+    assert page.is_hidden("#error")
+
+
+def test_the_page_translates_a_file_into_a_download(page, direct, tmp_path):
+    content = f"{ENGLISH[0]}\n\n{ENGLISH[2]} {ENGLISH[3]}\n"
+    page.click("#translate-file")  # no file chosen yet: the page says so
+    assert "Choose a file" in page.text_content("#error")
+    page.select_option("#target", "es")
+    page.set_input_files("#file", files=[{"name": "notes.txt", "mimeType": "text/plain", "buffer": content.encode()}])
+    page.click("#translate-file")
+    page.wait_for_selector("#download:not([hidden])")
+    with page.expect_download() as download:
+        page.click("#download")
+    assert download.value.suggested_filename == "notes.txt"
+    saved = tmp_path / "notes.txt"
+    download.value.save_as(saved)
+    assert saved.read_text(encoding="utf-8") == direct.translate_document(
+        content, "plain", source_lang="en", target_lang="es")
+    assert page.is_hidden("#error")
