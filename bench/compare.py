@@ -362,9 +362,9 @@ def served_runner(size: Size, repo: Path, log_dir: Path, name: str = "served") -
 
 @contextmanager
 def engine_runner(size: Size, repo: Path, threads: int) -> Iterator[Runner]:
+    from nmtserve.engine import EnginePool
     from nmtserve.runtime.onnxruntime import OnnxModel
     from nmtserve.runtime.spec import ModelSpec
-    from nmtserve.server.engine import EnginePool
     from nmtserve.server.triton_models import cpu_layout
 
     art = artifacts(repo)

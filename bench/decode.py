@@ -309,11 +309,11 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from nmtserve.engine import InflightBatcher
     from nmtserve.export.pipeline import ExportOptions, export
     from nmtserve.model.checkpoint import load_checkpoint
     from nmtserve.runtime.onnxruntime import OnnxModel
     from nmtserve.runtime.spec import ModelSpec
-    from nmtserve.server.engine import InflightBatcher
 
     torch.set_num_threads(args.threads)
     info = {"machine": machine(), "versions": versions("torch", "onnxruntime", "ctranslate2", "numpy"),

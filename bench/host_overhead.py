@@ -24,8 +24,8 @@ import numpy as np
 from _common import load_average, machine, versions, write_json
 
 from nmtserve.decoding.search import SearchOptions
+from nmtserve.engine import InflightBatcher
 from nmtserve.runtime.spec import ModelSpec
-from nmtserve.server.engine import InflightBatcher
 
 
 class NullRuntime:
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def profile_engine_loop(spec, args, sources, options) -> str:
     """The engine loop run in this thread under cProfile (``_admit`` / ``_step`` as its thread does)."""
-    from nmtserve.server.engine import _Request
+    from nmtserve.engine.batcher import _Request
 
     engine = InflightBatcher(NullRuntime(spec, args.batch, args.beam), max_sentences=args.batch,
                              max_beam=args.beam)

@@ -16,13 +16,13 @@ import torch
 from tensorrt_standin import ALIGNED_HOST
 
 from nmtserve.decoding.search import SearchOptions
+from nmtserve.engine import InflightBatcher
 from nmtserve.export.onnx_export import dims_of, export_decoder, export_encoder
 from nmtserve.model.config import TransformerConfig
 from nmtserve.model.transformer import Transformer
 from nmtserve.runtime.arrays import ArrayBackend
 from nmtserve.runtime.onnxruntime import OnnxModel
 from nmtserve.runtime.spec import ModelSpec
-from nmtserve.server.engine import InflightBatcher
 
 # The server's defaults (export: beam 4, length penalty 1, max length 2 * source + 10, cap 128).
 DEFAULTS = SearchOptions(beam_size=4, length_penalty=1.0, max_length=128, max_length_a=2.0, max_length_b=10)

@@ -23,10 +23,10 @@ from helpers import (
 )
 
 from nmtserve.decoding.search import SearchOptions
+from nmtserve.engine import InflightBatcher
 from nmtserve.model.reference import reference_decode
 from nmtserve.runtime.arrays import HOST
 from nmtserve.runtime.onnxruntime import OnnxBoundModel
-from nmtserve.server.engine import InflightBatcher
 
 OPTS = SearchOptions(beam_size=3, max_length=24, max_length_a=1.5, max_length_b=3, num_hypotheses=2)
 

@@ -11,8 +11,8 @@ import pytest
 from helpers import build, sources, staggered
 
 from nmtserve.decoding.search import SearchOptions, TargetPrefix
+from nmtserve.engine import InflightBatcher
 from nmtserve.model.reference import reference_decode
-from nmtserve.server.engine import InflightBatcher
 
 OPTS = SearchOptions(beam_size=3, max_length=24, max_length_a=1.5, max_length_b=3, num_hypotheses=2)
 
@@ -169,7 +169,7 @@ def test_serving_modules_do_not_import_torch():
     import subprocess
     import sys
 
-    code = ("import sys, nmtserve.server.triton_models, nmtserve.server.engine, nmtserve.runtime.onnxruntime; "
+    code = ("import sys, nmtserve.server.triton_models, nmtserve.engine, nmtserve.runtime.onnxruntime; "
             "sys.exit('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
@@ -242,9 +242,9 @@ def test_a_long_source_joining_short_ones_widens_then_narrows_the_memory(tiny):
 def test_group_rows_follow_their_sentences_through_removal_growth_and_shrinking():
     from types import SimpleNamespace
 
+    from nmtserve.engine.batcher import _Group, _Request
     from nmtserve.runtime.arrays import HOST
     from nmtserve.runtime.spec import ModelSpec
-    from nmtserve.server.engine import _Group, _Request
 
     spec = ModelSpec(layers=2, heads=2, d_k=3, vocab=10, max_positions=64, pad_id=0, bos_id=1, eos_id=2,
                      unk_id=3, max_source_len=64, max_target_len=20)
@@ -310,7 +310,7 @@ def test_memory_groups_start_small_and_grow_to_the_batch(tiny):
 def test_two_decode_loops_over_one_runtime_equal_the_reference(tiny):
     """EnginePool: requests spread over two loops sharing the ONNX Runtime sessions; every
     sentence still gets exactly its reference result, and both loops took work."""
-    from nmtserve.server.engine import EnginePool
+    from nmtserve.engine import EnginePool
 
     model, onnx_model = tiny
     onnx_model.spec = dataclasses.replace(onnx_model.spec, max_target_len=24, max_batch=8)
@@ -334,7 +334,7 @@ def test_cpu_layout_uses_every_core_without_oversubscribing():
 
 
 def test_a_request_split_over_two_loops_comes_back_whole_and_in_order(tiny):
-    from nmtserve.server.engine import EnginePool
+    from nmtserve.engine import EnginePool
 
     model, onnx_model = tiny
     onnx_model.spec = dataclasses.replace(onnx_model.spec, max_target_len=24, max_batch=8)
@@ -363,7 +363,7 @@ def _slowed(onnx_model, seconds: float):
 
 @pytest.mark.parametrize("pool", [False, True])
 def test_a_full_queue_refuses_new_work_as_busy_and_the_rest_is_answered(tiny, pool):
-    from nmtserve.server.engine import EngineBusy, EnginePool, QueueLimits
+    from nmtserve.engine import EngineBusy, EnginePool, QueueLimits
 
     model, onnx_model = tiny
     onnx_model.spec = dataclasses.replace(onnx_model.spec, max_target_len=24, max_batch=2)
@@ -390,7 +390,7 @@ def test_a_full_queue_refuses_new_work_as_busy_and_the_rest_is_answered(tiny, po
 
 
 def test_a_request_waiting_past_the_queue_timeout_fails_as_busy(tiny):
-    from nmtserve.server.engine import EngineBusy, QueueLimits
+    from nmtserve.engine import EngineBusy, QueueLimits
 
     model, onnx_model = tiny
     onnx_model.spec = dataclasses.replace(onnx_model.spec, max_target_len=24, max_batch=1)

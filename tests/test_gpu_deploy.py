@@ -176,7 +176,7 @@ def test_gpu_image_modules_import_without_tensorrt_or_torch():
         "sys.modules['tensorrt'] = None\n"
         "sys.modules['cupy'] = None\n"
         "import nmtserve.export.engines, nmtserve.export.tensorrt, nmtserve.export.repository\n"
-        "import nmtserve.server.triton_models, nmtserve.server.engine, nmtserve.runtime.onnxruntime\n"
+        "import nmtserve.server.triton_models, nmtserve.engine, nmtserve.runtime.onnxruntime\n"
         "import nmtserve.runtime.tensorrt, nmtserve.runtime.arrays\n"
         "assert nmtserve.export.engines.environment_key().endswith('trt-unknown')\n"
         "from nmtserve.runtime.tensorrt import TensorRTModel, TensorRTRuntimeError\n"
@@ -194,7 +194,7 @@ def test_gpu_image_modules_import_without_tensorrt_or_torch():
 # The modules the GPU image runs: serving, the plan build and the GPU runtimes.
 GPU_IMAGE_CODE = ["nmtserve/runtime", "nmtserve/decoding", "nmtserve/graphs.py", "nmtserve/export/tensorrt.py",
                   "nmtserve/export/engines.py", "nmtserve/export/repository.py", "nmtserve/export/quality.py",
-                  "nmtserve/export/gpucheck.py", "nmtserve/server/engine.py",
+                  "nmtserve/export/gpucheck.py", "nmtserve/engine",
                   "nmtserve/server/triton_models.py", "nmtserve/server/protocol.py", "nmtserve/model/tokenizer.py"]
 
 

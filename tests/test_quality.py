@@ -120,10 +120,10 @@ def test_int8_is_served_and_agrees_with_fp32(int8_repository, demo_checkpoint, d
     import tritonclient.grpc as grpcclient
     from helpers import DEFAULTS
 
+    from nmtserve.engine import InflightBatcher
     from nmtserve.model.reference import translate as reference_translate
     from nmtserve.runtime.onnxruntime import OnnxModel
     from nmtserve.runtime.spec import ModelSpec
-    from nmtserve.server.engine import InflightBatcher
     from nmtserve.server.launcher import ServerConfig, TritonServer
 
     texts = demo_sentences[200:260]  # not the gate's sentences

@@ -100,10 +100,10 @@ def test_inflight_engine_on_tensorrt_plans_equals_the_reference(tmp_path):  # pr
     from helpers import build, sources
 
     from nmtserve.decoding.search import SearchOptions
+    from nmtserve.engine import InflightBatcher
     from nmtserve.export.tensorrt import build_engine
     from nmtserve.model.reference import reference_decode
     from nmtserve.runtime.tensorrt import TensorRTModel
-    from nmtserve.server.engine import InflightBatcher
 
     model, onnx_model = build(tmp_path)
     dims = onnx_model.spec.dims
@@ -162,8 +162,8 @@ def test_tensorrt_runtime_drives_the_inflight_batcher_to_the_reference(standin, 
     from helpers import sources, staggered
 
     from nmtserve.decoding.search import SearchOptions
+    from nmtserve.engine import InflightBatcher
     from nmtserve.model.reference import reference_decode
-    from nmtserve.server.engine import InflightBatcher
 
     model = tiny_graphs[0]
     runtime = standin_model(standin, tiny_graphs, tmp_path)
@@ -182,8 +182,8 @@ def test_tensorrt_runtime_moves_only_tables_up_and_candidates_down(standin, tiny
     from helpers import RecordingDevice, assert_only_candidates_came_down, sources
 
     from nmtserve.decoding.search import SearchOptions
+    from nmtserve.engine import InflightBatcher
     from nmtserve.model.reference import reference_decode
-    from nmtserve.server.engine import InflightBatcher
 
     model = tiny_graphs[0]
     device = RecordingDevice()
@@ -279,7 +279,7 @@ def test_every_execution_is_enqueued_on_the_array_backends_stream(standin, tiny_
     from helpers import RecordingDevice, sources
 
     from nmtserve.decoding.search import SearchOptions
-    from nmtserve.server.engine import InflightBatcher
+    from nmtserve.engine import InflightBatcher
 
     class OnStream(RecordingDevice):
         def stream_handle(self) -> int:

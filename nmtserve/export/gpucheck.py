@@ -70,7 +70,7 @@ def compare_steps(reference, candidate, sources: list[list[int]], options, spec,
 
 def run_engine(runtime, sources: list[list[int]], options, max_sentences: int) -> tuple[list, float]:
     """Every sentence as its own request into one in-flight batcher (as the server does); tokens, seconds."""
-    from ..server.engine import InflightBatcher
+    from ..engine import InflightBatcher
 
     engine = InflightBatcher(runtime, max_sentences=max_sentences, max_beam=max(options.beam_size,
                                                                                runtime.spec.max_beam)).start()

@@ -108,7 +108,7 @@ def translate(runtime, tokenizer, gate: GateSet, options, max_sentences: int | N
     multilingual model, forced as the server forces it), decoded by the serving engine on
     ``runtime`` (at most the export's max batch at once: a TensorRT profile ends there); seconds."""
     from ..decoding.search import TargetPrefix  # noqa: PLC0415 - keeps this module light to import
-    from ..server.engine import InflightBatcher  # noqa: PLC0415
+    from ..engine import InflightBatcher  # noqa: PLC0415
 
     spec = runtime.spec
     sources = encode_sources(tokenizer, gate.sources, spec, gate.source_lang)

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import contract, graphs
+from ..engine import QueueLimits
 from ..runtime.spec import ModelSpec
-from ..server.engine import QueueLimits
 from ..server.protocol import STEP_BACKENDS, RequestLimits
 from .quality import GATE_FILE, REPORT_FILE
 

@@ -59,7 +59,7 @@ def _engine_error(prefix: str, exc: BaseException):
     """An engine failure as the status a client can act on: UNAVAILABLE while the server shuts
     down or is overloaded (retry later or elsewhere), CANCELLED for a cancelled request, INVALID_ARG for a request the
     engine refuses, INTERNAL otherwise."""
-    from .engine import EngineBusy, EngineStopped, RequestCancelled
+    from ..engine import EngineBusy, EngineStopped, RequestCancelled
 
     errors = pb_utils.TritonError
     if isinstance(exc, (EngineStopped, EngineBusy)):
@@ -97,7 +97,7 @@ def _artifacts(params: dict, version_dir: Path) -> Path:
 
 def queue_limits(params: dict):
     """generate's ``max_queued_sentences`` / ``queue_timeout_s`` parameters (0: no limit)."""
-    from .engine import QueueLimits
+    from ..engine import QueueLimits
 
     default = QueueLimits()
     queued = int(params.get("max_queued_sentences", default.max_queued or 0))
@@ -190,8 +190,8 @@ class GenerateModel:
     """
 
     def initialize(self, args: dict) -> None:
+        from ..engine import EnginePool, InflightBatcher
         from ..runtime.spec import SPEC_FILE, ModelSpec
-        from .engine import EnginePool, InflightBatcher
 
         params, version_dir = _parameters(args)
         folder = _artifacts(params, version_dir)
