@@ -32,8 +32,8 @@ from pathlib import Path
 
 from .. import contract, graphs
 from ..engine import QueueLimits
-from ..runtime.spec import ModelSpec
-from ..server.protocol import STEP_BACKENDS, RequestLimits
+from ..runtime.spec import STEP_BACKENDS, ModelSpec
+from ..server.protocol import RequestLimits
 from .quality import GATE_FILE, REPORT_FILE
 
 ARTIFACTS_MODEL = "generate"
@@ -60,7 +60,7 @@ class RepositoryOptions:
     # (nmtserve.server.triton_models.cpu_layout: 2 loops x cores // 2 threads).
     workers: int = 0
     intra_op_threads: int = 0
-    # How generate runs the graphs (nmtserve.server.protocol.STEP_BACKENDS); "": the
+    # How generate runs the graphs (nmtserve.runtime.spec.STEP_BACKENDS); "": the
     # target's default ("inprocess" ONNX Runtime on cpu, measured faster than "bls"; "tensorrt" on gpu).
     step_backend: str = ""
     target: str = "cpu"  # "gpu": TensorRT encoder/decoder models, and generate on those plans

@@ -11,6 +11,14 @@ from .. import defaults, graphs
 
 SPEC_FILE = "model.json"
 
+# How generate runs the graphs (its ``step_backend`` parameter):
+STEP_BACKENDS = {
+    "inprocess": "ONNX Runtime in the engine's process, host arrays (the CPU default)",
+    "tensorrt": "the encoder/decoder TensorRT plans, cache and memory on the GPU (the GPU default)",
+    "onnxruntime-cuda": "ONNX Runtime's CUDA provider with I/O binding, cache and memory on the GPU",
+    "bls": "BLS calls to the encoder/decoder models (every step ships the cache window)",
+}
+
 
 @dataclass(frozen=True)
 class ModelSpec:

@@ -18,13 +18,6 @@ from ..graphs import pad_batch
 from ..model.tokenizer import Tokenizer
 from ..runtime.spec import ModelSpec
 
-# How generate runs the graphs (its ``step_backend`` parameter):
-STEP_BACKENDS = {
-    "inprocess": "ONNX Runtime in the engine's process, host arrays (the CPU default)",
-    "tensorrt": "the encoder/decoder TensorRT plans, cache and memory on the GPU (the GPU default)",
-    "onnxruntime-cuda": "ONNX Runtime's CUDA provider with I/O binding, cache and memory on the GPU",
-    "bls": "BLS calls to the encoder/decoder models (every step ships the cache window)",
-}
 
 class InputError(ValueError):
     """A request is invalid; the message names the problem (sent back as INVALID_ARG)."""

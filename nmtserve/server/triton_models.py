@@ -28,7 +28,6 @@ import numpy as np
 
 from .. import contract as c
 from ..decoding.search import SearchOptions
-from ..runtime.factory import step_runtime
 from .launcher import DRAIN_ENV
 from .protocol import (
     InputError,
@@ -41,6 +40,7 @@ from .protocol import (
     results_to_arrays,
     tokenize_request,
 )
+from .step_runtimes import step_runtime
 
 log = logging.getLogger("nmtserve.server")
 

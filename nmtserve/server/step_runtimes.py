@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from ..server.protocol import STEP_BACKENDS
+from ..runtime.spec import STEP_BACKENDS
 
 log = logging.getLogger("nmtserve.server")
 
 
 def step_runtime(params: dict, version_dir: Path, folder: Path, spec, threads: int | None, device_id: int = 0):
-    """The engine's runtime for its ``step_backend`` parameter (``protocol.STEP_BACKENDS``)."""
+    """The engine's runtime for its ``step_backend`` parameter (``runtime.spec.STEP_BACKENDS``)."""
     backend = params.get("step_backend", "inprocess")
     encoder, decoder = folder / "encoder.onnx", folder / "decoder.onnx"
     if backend == "inprocess":
@@ -35,7 +35,7 @@ def step_runtime(params: dict, version_dir: Path, folder: Path, spec, threads: i
 
         return OnnxBoundModel(encoder, decoder, spec, arrays=CupyArrays(device_id), threads=threads)
     if backend == "bls":
-        from .bls import BlsRuntime
+        from ..runtime.bls import BlsRuntime
 
         return BlsRuntime(spec)
     raise ValueError(f"generate: step_backend must be one of {', '.join(STEP_BACKENDS)}, got {backend!r}")
