@@ -223,12 +223,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="weights left in fp32, comma-separated: output (vocabulary projection), attention, ffn")
     g = p.add_argument_group("serving limits (0: none; over a queue limit the server answers UNAVAILABLE, retryable)")
     g.add_argument("--max-request-sentences", type=int, default=None,
-                   help="sentences one request may hold (default 1024)")
-    g.add_argument("--max-sentence-chars", type=int, default=None, help="characters per sentence (default 4096)")
+                   help=f"sentences one request may hold (default {defaults.MAX_REQUEST_SENTENCES})")
+    g.add_argument("--max-sentence-chars", type=int, default=None,
+                   help=f"characters per sentence (default {defaults.MAX_SENTENCE_CHARS})")
     g.add_argument("--max-queued-sentences", type=int, default=None,
-                   help="sentences waiting to join the decoding batch before new requests are refused (default 2048)")
+                   help="sentences waiting to join the decoding batch before new requests are refused "
+                        f"(default {defaults.MAX_QUEUED_SENTENCES})")
     g.add_argument("--queue-timeout-s", type=float, default=None,
-                   help="seconds a request may wait for decoding to start (default 60)")
+                   help=f"seconds a request may wait for decoding to start (default {defaults.QUEUE_TIMEOUT_S:g})")
     p.add_argument("--parity-sentences", type=int, default=50, help="sentences in the ONNX-vs-PyTorch parity check")
     p.add_argument("--skip-parity", action="store_true", help="skip the parity check (not recommended)")
     p.add_argument("--pair", metavar="SRC-TGT", default=None,

@@ -95,6 +95,8 @@ from markdown_it import MarkdownIt
 from markdown_it.rules_inline import StateInline
 from markdown_it.token import Token
 
+from . import defaults
+
 __all__ = [
     "DEFAULT_MAX_CHARS",
     "FORMATS",
@@ -108,7 +110,7 @@ __all__ = [
 ]
 
 FORMATS = ("plain", "markdown", "html")
-DEFAULT_MAX_CHARS = 1_000_000
+DEFAULT_MAX_CHARS = defaults.MAX_DOCUMENT_CHARS
 
 # HTML elements that sit inside a sentence (phrasing content); any other tag ends a run.
 INLINE_TAGS = frozenset(

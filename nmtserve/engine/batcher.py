@@ -49,7 +49,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .. import graphs
+from .. import defaults, graphs
 from ..decoding.search import (
     NO_PREFIX,
     BeamBatch,
@@ -153,8 +153,8 @@ class EngineBusy(RuntimeError):
 class QueueLimits:
     """How much waiting work the engine holds (sentences not yet decoding), and for how long."""
 
-    max_queued: int | None = 2048  # sentences; None: unbounded
-    timeout_s: float | None = 60.0  # a request none of whose sentences started decoding by then fails
+    max_queued: int | None = defaults.MAX_QUEUED_SENTENCES  # sentences; None: unbounded
+    timeout_s: float | None = defaults.QUEUE_TIMEOUT_S  # a request none of whose sentences started decoding by then fails
 
     def check(self, queued: int, more: int) -> None:
         if self.max_queued is not None and queued + more > self.max_queued:

@@ -30,10 +30,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import contract, graphs
-from ..engine import QueueLimits
+from .. import contract, defaults, graphs
 from ..runtime.spec import STEP_BACKENDS, ModelSpec
-from ..server.protocol import RequestLimits
 from .quality import GATE_FILE, REPORT_FILE
 
 ARTIFACTS_MODEL = "generate"
@@ -74,13 +72,13 @@ class RepositoryOptions:
     quality: str = ""
     # Limits (0: none). tokenize: sentences per request, characters per sentence; generate:
     # sentences waiting to decode, seconds a request may wait (overload answers UNAVAILABLE).
-    max_request_sentences: int = RequestLimits.max_request_sentences
-    max_sentence_chars: int = RequestLimits.max_sentence_chars
-    max_queued_sentences: int = QueueLimits.max_queued or 0
-    queue_timeout_s: float = QueueLimits.timeout_s or 0.0
+    max_request_sentences: int = defaults.MAX_REQUEST_SENTENCES
+    max_sentence_chars: int = defaults.MAX_SENTENCE_CHARS
+    max_queued_sentences: int = defaults.MAX_QUEUED_SENTENCES
+    queue_timeout_s: float = defaults.QUEUE_TIMEOUT_S
     # translate_document: characters per document (its sentences go to `translate` in requests of
     # at most max_request_sentences).
-    max_document_chars: int = 1_000_000
+    max_document_chars: int = defaults.MAX_DOCUMENT_CHARS
     # A language pair ("en-fr"): the models get the pair's suffix (translate_en_fr, tokenize_en_fr,
     # generate_en_fr, ...), and `translate` / `translate_document` route by SOURCE_LANG /
     # TARGET_LANG to every pair in the repository (exports of other pairs add theirs). "": one

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import contract as c
+from .. import defaults
 from ..decoding.search import Hypothesis, SearchOptions, TargetPrefix
 from ..graphs import pad_batch
 from ..model.tokenizer import Tokenizer
@@ -29,8 +30,8 @@ class RequestLimits:
     ``max_sentence_chars``; 0: no limit). Tokens per sentence are the export's max_source_len.
     Together they bound a request's size (Triton itself reads any message size)."""
 
-    max_request_sentences: int = 1024
-    max_sentence_chars: int = 4096
+    max_request_sentences: int = defaults.MAX_REQUEST_SENTENCES
+    max_sentence_chars: int = defaults.MAX_SENTENCE_CHARS
 
     @classmethod
     def from_params(cls, params: Mapping[str, str]) -> RequestLimits:

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import contract as c
+from .. import defaults
 from ..decoding.search import SearchOptions
 from .launcher import DRAIN_ENV
 from .protocol import (
@@ -402,8 +403,8 @@ class DocumentModel:
     def initialize(self, args: dict) -> None:
         params, _ = _parameters(args)
         self.translate_model = params.get("translate_model", "translate")
-        self.max_chars = int(params.get("max_document_chars", "1000000")) or None
-        self.chunk = int(params.get("max_request_sentences", "1024")) or 1024
+        self.max_chars = int(params.get("max_document_chars", defaults.MAX_DOCUMENT_CHARS)) or None
+        self.chunk = int(params.get("max_request_sentences", defaults.MAX_REQUEST_SENTENCES)) or defaults.MAX_REQUEST_SENTENCES
         # "1": `translate_model` is the pair router, which takes SOURCE_LANG/TARGET_LANG.
         self.routed = params.get("routed", "0") == "1"
         self._final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
