@@ -370,8 +370,8 @@ def test_renormalize_logits_generation_config(tmp_path, tokenizer_files, corpus)
 # ---- export -------------------------------------------------------------------------------------
 def test_export_of_a_marian_directory_passes_parity(marian, tmp_path):
     from nmtserve.export.pipeline import ExportOptions, export
+    from nmtserve.model.tokenizer import load_tokenizer
     from nmtserve.runtime.spec import SPEC_FILE, ModelSpec
-    from nmtserve.server.protocol import load_tokenizer
 
     d, _, tok = marian("relu-separate-untied-bias")
     repo = tmp_path / "repository"

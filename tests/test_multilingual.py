@@ -255,10 +255,11 @@ def test_external_weights_and_the_int8_gate_of_a_multilingual_export(tmp_path):
     threshold of 0), quantized to int8 behind the quality gate translating eng_Latn -> fra_Latn,
     served: the server's translations are the in-process engine's on the same int8 graphs."""
     from nmtserve.export import quality
+    from nmtserve.model.tokenizer import load_tokenizer
     from nmtserve.runtime.onnxruntime import OnnxModel
     from nmtserve.runtime.spec import SPEC_FILE, ModelSpec
     from nmtserve.server.launcher import ServerConfig, TritonServer
-    from nmtserve.server.protocol import load_tokenizer, parse_search_options
+    from nmtserve.server.protocol import parse_search_options
 
     build_checkpoint("nllb", tmp_path / "checkpoint")
     (tmp_path / "gate.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")

@@ -212,7 +212,7 @@ def load_runtime(encoder_plan: Path, decoder_plan: Path, artifacts: Path):
 def gate_fp16(repository: Path, placed: list[PlacedPlan], max_bleu_drop: float | None) -> quality.QualityReport | None:
     """Translate the shipped gate set with the placed fp16 plans and compare with fp32; None
     where the export shipped no gate set (then the plans are served unchecked, said in the log)."""
-    from ..server.protocol import load_tokenizer, parse_search_options  # noqa: PLC0415
+    from ..model.tokenizer import load_tokenizer  # noqa: PLC0415
 
     artifacts = repository / ARTIFACTS
     gate_file = artifacts / quality.GATE_FILE
@@ -224,7 +224,7 @@ def gate_fp16(repository: Path, placed: list[PlacedPlan], max_bleu_drop: float |
     plans = {p.model: p.placed for p in placed}
     runtime = load_runtime(plans["encoder"], plans["decoder"], artifacts)
     tokenizer = load_tokenizer(artifacts, runtime.spec)
-    options = parse_search_options({}, runtime.spec, runtime.spec.max_beam)
+    options = runtime.spec.search_options()
     limit = gate.max_bleu_drop if max_bleu_drop is None else max_bleu_drop
     log.info("fp16 quality gate: translating %d held-out sentences with the fp16 plans", len(gate.sources))
     report = quality.check(gate, runtime, tokenizer, options, "fp16", limit)

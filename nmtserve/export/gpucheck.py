@@ -115,9 +115,9 @@ class CheckOptions:
 
 def check_repository(repository: Path, cache: Path, opts: CheckOptions = CheckOptions()) -> list[Result]:
     """Build each precision's plans for ``repository`` into ``cache`` and check them (module docstring)."""
+    from ..model.tokenizer import load_tokenizer
     from ..runtime.onnxruntime import OnnxModel
     from ..runtime.spec import ModelSpec
-    from ..server.protocol import load_tokenizer, parse_search_options
     from . import engines, quality
 
     artifacts = repository / engines.ARTIFACTS
@@ -129,7 +129,7 @@ def check_repository(repository: Path, cache: Path, opts: CheckOptions = CheckOp
     tokenizer = load_tokenizer(artifacts, spec)
     gate = quality.GateSet.load(gate_file)
     sources = quality.encode_sources(tokenizer, gate.sources[: opts.sentences], spec, gate.source_lang)
-    options = parse_search_options({}, spec, spec.max_beam)
+    options = spec.search_options()
     batch = min(opts.batch, spec.max_batch)
     reference = OnnxModel(artifacts / "encoder.onnx", artifacts / "decoder.onnx", spec)
     want, ref_seconds = run_engine(reference, sources, options, batch)

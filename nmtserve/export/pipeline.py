@@ -21,7 +21,6 @@ from ..decoding.search import SearchOptions
 from ..model.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from ..runtime.onnxruntime import OnnxModel
 from ..runtime.spec import SPEC_FILE, ModelSpec, graph_sha256
-from ..server.protocol import parse_search_options
 from . import quality
 from .lint import lint_file
 from .onnx_export import EXTERNAL_DATA_BYTES, dims_of, export_decoder, export_encoder, graph_files
@@ -312,7 +311,7 @@ def _quality_gate(gate: quality.GateSet, ckpt: Checkpoint, spec: ModelSpec, opts
     """Translate the gate set with the fp32 graphs (shipped for the GPU's fp16 check) and, for int8,
     quantize, translate again and refuse on a BLEU drop over the limit. Updates ``artifacts``."""
     t = time.monotonic()
-    options = parse_search_options({}, spec, spec.max_beam)
+    options = spec.search_options()
     fp32 = OnnxModel(artifacts["encoder.onnx"], artifacts["decoder.onnx"], spec)
     report.quality["fp32"] = quality.baseline(gate, fp32, ckpt.tokenizer, options, opts.max_batch)
     del fp32

@@ -10,12 +10,16 @@ Torch-free on purpose: the serving processes import it. Two layouts are supporte
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import sentencepiece as spm
+
+if TYPE_CHECKING:
+    from .hf_tokenizer import MultilingualTokenizer
 
 # Marian's tokenizer keeps these literal special tokens whole when they appear in the text.
 _MARIAN_SPECIALS = re.compile("(</s>|<unk>|<pad>)")
@@ -112,3 +116,19 @@ class Tokenizer:
         # As MarianTokenizer.decode(skip_special_tokens=True): unknowns dropped, result stripped.
         pieces = [self.id_to_piece.get(i, "") for i in kept if i != self.unk_id]
         return self.target.decode_pieces(pieces).replace("\u2581", " ").strip()
+
+
+def load_tokenizer(folder: Path, spec) -> Tokenizer | MultilingualTokenizer:
+    """The tokenizer an export shipped in ``folder``, as its ``spec.tokenizer`` (a ModelSpec's)
+    names it: nmtserve's ``Tokenizer`` (sentencepiece models, Marian's vocab.json), or a
+    multilingual checkpoint's own tokenizer files (``MultilingualTokenizer``)."""
+    files = spec.tokenizer or {"source": "source.spm"}
+    if files.get("kind") == "multilingual":
+        from .hf_tokenizer import MultilingualTokenizer
+
+        return MultilingualTokenizer.from_directory(folder / files["folder"], family=files["family"])
+    vocab = None
+    if files.get("vocab"):
+        vocab = json.loads((folder / files["vocab"]).read_text(encoding="utf-8"))
+    target = folder / files["target"] if files.get("target") else None
+    return Tokenizer.from_files(folder / files["source"], target, spec, vocab)

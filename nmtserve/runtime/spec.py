@@ -8,6 +8,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
 from .. import defaults, graphs
+from ..decoding.search import SearchOptions
 
 SPEC_FILE = "model.json"
 
@@ -47,6 +48,13 @@ class ModelSpec:
     max_beam: int = graphs.DEFAULT_MAX_BEAM  # widest beam the server accepts; the decoder profile's beam axis covers it
     tokenizer: dict = field(default_factory=dict)  # file names relative to the spec's folder
     hashes: dict = field(default_factory=dict)  # sha256 of the graphs, for stale-engine checks
+
+    def search_options(self, **given) -> SearchOptions:
+        """The search a request gets with the options it does not set: this export's beam, length
+        penalty and maximum length (``min(max_target_len, max_length_a * source + max_length_b)``)."""
+        served = dict(beam_size=self.beam_size, length_penalty=self.length_penalty, max_length=self.max_target_len,
+                      max_length_a=self.max_length_a, max_length_b=self.max_length_b)
+        return SearchOptions(**{**served, **given})
 
     @property
     def dims(self) -> graphs.Dims:

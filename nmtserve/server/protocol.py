@@ -4,11 +4,9 @@ what they send), free of Triton so it is unit-tested directly. The tensor names 
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -16,7 +14,6 @@ from .. import contract as c
 from .. import defaults
 from ..decoding.search import Hypothesis, SearchOptions, TargetPrefix
 from ..graphs import pad_batch
-from ..model.tokenizer import Tokenizer
 from ..runtime.spec import ModelSpec
 
 
@@ -106,10 +103,8 @@ def parse_search_options(inputs: Mapping[str, np.ndarray | None], spec: ModelSpe
     if not math.isfinite(penalty) or abs(penalty) > c.LENGTH_PENALTY_LIMIT:
         raise InputError(f"LENGTH_PENALTY must be a finite number in [-{c.LENGTH_PENALTY_LIMIT:g}, "
                          f"{c.LENGTH_PENALTY_LIMIT:g}], got {penalty}")
-    if max_length is None:
-        return SearchOptions(beam_size=beam, num_hypotheses=nbest, length_penalty=penalty,
-                             max_length=spec.max_target_len, max_length_a=spec.max_length_a,
-                             max_length_b=spec.max_length_b)
+    if max_length is None:  # the export's length rule
+        return spec.search_options(beam_size=beam, num_hypotheses=nbest, length_penalty=penalty)
     return SearchOptions(beam_size=beam, num_hypotheses=nbest, length_penalty=penalty, max_length=max_length)
 
 
@@ -272,18 +267,3 @@ def results_to_arrays(results: Sequence[Sequence[Hypothesis]], k: int, pad_id: i
             lengths[i, j] = len(toks)
             scores[i, j] = h.score
     return {c.OUT_IDS: ids, c.OUT_LEN: lengths, c.OUT_SCORE: scores}
-
-
-def load_tokenizer(folder: Path, spec: ModelSpec):
-    """The tokenizer an export shipped in ``folder``: nmtserve's ``Tokenizer``, or a multilingual
-    checkpoint's own tokenizer files (``MultilingualTokenizer``, its ``languages`` the model codes)."""
-    files = spec.tokenizer or {"source": "source.spm"}
-    if files.get("kind") == "multilingual":
-        from ..model.hf_tokenizer import MultilingualTokenizer
-
-        return MultilingualTokenizer.from_directory(folder / files["folder"], family=files["family"])
-    vocab = None
-    if files.get("vocab"):
-        vocab = json.loads((folder / files["vocab"]).read_text(encoding="utf-8"))
-    target = folder / files["target"] if files.get("target") else None
-    return Tokenizer.from_files(folder / files["source"], target, spec, vocab)

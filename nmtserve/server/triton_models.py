@@ -115,8 +115,9 @@ class TokenizeModel:
     export's max_source_len."""
 
     def initialize(self, args: dict) -> None:
+        from ..model.tokenizer import load_tokenizer
         from ..runtime.spec import SPEC_FILE, ModelSpec
-        from ..server.protocol import RequestLimits, load_tokenizer
+        from .protocol import RequestLimits
 
         params, version_dir = _parameters(args)
         folder = _artifacts(params, version_dir)
@@ -147,8 +148,8 @@ class DetokenizeModel:
     """OUT_IDS [n, k, T], OUT_LEN [n, k], OUT_SCORE [n, k] -> TRANSLATION, SCORE, NBEST_*."""
 
     def initialize(self, args: dict) -> None:
+        from ..model.tokenizer import load_tokenizer
         from ..runtime.spec import SPEC_FILE, ModelSpec
-        from ..server.protocol import load_tokenizer
 
         params, version_dir = _parameters(args)
         folder = _artifacts(params, version_dir)
