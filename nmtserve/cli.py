@@ -11,7 +11,7 @@ import logging
 import sys
 from pathlib import Path
 
-from . import defaults
+from . import contract, defaults
 from .exitcodes import EXIT_ERROR, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE  # noqa: F401 - re-exported
 
 
@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "and its work re-sent to another); dns:///NAME:PORT uses every address of NAME, re-resolved "
                         "every 30 s (a Kubernetes headless Service); grpcs:// or https:// turns TLS on")
     p.add_argument("--protocol", choices=["grpc", "http"], default="grpc")
-    p.add_argument("--model", default="translate", help="Triton model name")
+    p.add_argument("--model", default=contract.DEFAULT_MODEL, help="Triton model name")
     p.add_argument("--json", action="store_true", help="JSON lines with scores (and n-best)")
     p.add_argument("--batch-size", type=int, default=32, help="sentences per request")
     p.add_argument("--concurrency", type=int, default=4, help="requests in flight")
@@ -182,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)
         p.add_argument("--url", action="append", default=None, metavar="URL", help="server address (as for translate)")
         p.add_argument("--protocol", choices=["grpc", "http"], default="grpc")
-        p.add_argument("--model", default="translate", help="Triton model name")
+        p.add_argument("--model", default=contract.DEFAULT_MODEL, help="Triton model name")
         p.add_argument("--timeout", type=float, default=10.0, help="seconds")
         if name == "languages":
             p.add_argument("--json", action="store_true", help="JSON lines, with the codes each translates into")
@@ -193,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("checkpoint", help="nmtserve checkpoint, or a Hugging Face directory: Marian (opus-mt), "
                                       "NLLB-200 / M2M100 (model_type m2m_100) or mBART-50 (mbart)")
     p.add_argument("--repository", "-r", default="model_repository", help="Triton model repository to write")
-    p.add_argument("--name", default="translate", help="name of the ensemble model")
+    p.add_argument("--name", default=contract.DEFAULT_MODEL, help="name of the ensemble model")
     p.add_argument("--target", choices=["cpu", "gpu"], default="cpu",
                    help="cpu: ONNX Runtime; gpu: TensorRT plans built when the GPU container starts")
     p.add_argument("--precision", choices=["fp32", "int8", "fp16"], default="fp32",
@@ -276,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Triton's address (default localhost:8001, gRPC); repeat it or separate with commas for "
                         "replicas; dns:///NAME:PORT for every address of NAME; grpcs:// or https:// for TLS")
     p.add_argument("--protocol", choices=["grpc", "http"], default="grpc", help="how to reach Triton")
-    p.add_argument("--model", default="translate", help="Triton model name")
+    p.add_argument("--model", default=contract.DEFAULT_MODEL, help="Triton model name")
     p.add_argument("--host", default=gw.DEFAULT_HOST, help="address to bind (0.0.0.0: every interface)")
     p.add_argument("--port", type=int, default=gw.DEFAULT_PORT, help="port to listen on")
     p.add_argument("--languages", action="append", default=None, metavar="SRC-TGT",

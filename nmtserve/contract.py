@@ -11,9 +11,11 @@ sentences. Inside the ensemble the steps are tokenize -> generate -> detokenize.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 # -- translate (the ensemble users call)
+DEFAULT_MODEL = "translate"  # its name, unless the export names it otherwise (--name)
 TEXT = "TEXT"  # [n] UTF-8 sentences
 BEAM_SIZE = "BEAM_SIZE"  # [1] optional: beam width, 1..max_beam (default: the export's)
 MAX_LENGTH = "MAX_LENGTH"  # [1] optional: max generated tokens (default: 2 * source tokens + 10)
@@ -64,6 +66,15 @@ DOCUMENT_FORMATS = ("plain", "markdown", "html")
 DOCUMENT_MODEL_SUFFIX = "_document"  # the model beside the ensemble: translate -> translate_document
 
 LENGTH_PENALTY_LIMIT = 10.0  # |LENGTH_PENALTY| accepted
+
+
+def sentence(i: int) -> str:
+    """How an error names a request's sentence: ``TEXT[3]`` (its place in the request)."""
+    return f"{TEXT}[{i}]"
+
+
+# ``sentence(i)`` found in a message; group 1 is i (the client maps it back to an input line).
+SENTENCE_IN_MESSAGE = re.compile(rf"\b{TEXT}\[(\d+)\]")
 
 
 @dataclass(frozen=True)

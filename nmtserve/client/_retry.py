@@ -77,7 +77,7 @@ MESSAGE_ERRORS: tuple[tuple[re.Pattern[str], type[TranslationError]], ...] = (
 )
 _STATUS_IN_TEXT = re.compile(r"^\[(StatusCode\.\w+|\d{3})\]\s*")
 # The contract names a bad sentence by its position in the request: "TEXT[3] is empty".
-_SENTENCE_IN_MESSAGE = re.compile(r"\bTEXT\[(\d+)\]")
+_SENTENCE_IN_MESSAGE = C.SENTENCE_IN_MESSAGE
 
 
 def map_exception(

@@ -17,7 +17,6 @@ import bisect
 import json
 import logging
 import os
-import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
@@ -39,7 +38,7 @@ from .errors import (
 )
 
 PROG = "nmtserve translate"
-_REQUEST_POSITION = re.compile(r"\bTEXT\[\d+\]")
+_REQUEST_POSITION = C.SENTENCE_IN_MESSAGE
 STDIN_NAME = "<stdin>"
 
 

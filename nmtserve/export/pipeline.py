@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import graphs
+from .. import contract, graphs
 from ..decoding.search import SearchOptions
 from ..model.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from ..runtime.onnxruntime import OnnxModel
@@ -44,7 +44,7 @@ PRECISIONS = ("fp32", "int8", "fp16")
 @dataclass(frozen=True)
 class ExportOptions:
     repository: Path
-    name: str = "translate"
+    name: str = contract.DEFAULT_MODEL
     target: str = "cpu"
     precision: str = "fp32"  # PRECISIONS
     max_batch: int = ModelSpec.max_batch

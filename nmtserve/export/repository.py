@@ -51,7 +51,7 @@ _TRITON_TYPES = {"int32": "TYPE_INT32", "int64": "TYPE_INT64", "bool": "TYPE_BOO
 
 @dataclass(frozen=True)
 class RepositoryOptions:
-    name: str = "translate"
+    name: str = contract.DEFAULT_MODEL
     max_batch: int = ModelSpec.max_batch  # sentences in the running decode batch
     max_beam: int = graphs.DEFAULT_MAX_BEAM
     # CPU decode loops and ONNX Runtime threads per call; 0: chosen at load for the cores present
@@ -294,7 +294,7 @@ def write_repository(repository: Path, dims: graphs.Dims, artifacts: dict[str, P
 _PAIRS_LINE = re.compile(r'key: "' + contract.PAIRS_PARAMETER + r'" value: \{ string_value: "([^"]*)" \}')
 
 
-def repository_pairs(repository: Path, name: str = "translate") -> tuple[str, ...]:
+def repository_pairs(repository: Path, name: str = contract.DEFAULT_MODEL) -> tuple[str, ...]:
     """The pairs the repository's router serves now (none: no router there)."""
     config = repository / name / "config.pbtxt"
     if not config.is_file():

@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import contract
+
 DEFAULT_HOST = "127.0.0.1"  # loopback, as `nmtserve serve`: exposing it is a choice
 DEFAULT_PORT = 5000  # LibreTranslate's port: tools configured for it need only the host
 # A repository exported without --pair serves one model whose languages Triton does not know;
@@ -48,7 +50,7 @@ class GatewayConfig:
 
     url: str | Sequence[str] = "localhost:8001"
     protocol: str = "grpc"
-    model: str = "translate"
+    model: str = contract.DEFAULT_MODEL
     timeout: float = DEFAULT_TIMEOUT
     concurrency: int = DEFAULT_CONCURRENCY
     # Sent with every request to Triton (an auth header of a proxy in front of it).

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from nmtserve import contract
 from nmtserve.client import AsyncTranslator, InvalidInputError, TranslationError
 
 from .access import Access
@@ -32,7 +33,7 @@ LOGGER = logging.getLogger(__name__)
 # More than one sentence: a line break, or a sentence end followed by more text.
 _SEVERAL_SENTENCES = re.compile(r"\n|[.!?\u2026\u3002\uff01\uff1f][\"'\u2019\u201d)\]]*\s+\S")
 
-_REQUEST_POSITION = re.compile(r"\bTEXT\[\d+\]")
+_REQUEST_POSITION = contract.SENTENCE_IN_MESSAGE
 _ENSEMBLE_PREFIX = re.compile(r"^in ensemble '[^']*', ")
 T = TypeVar("T")
 

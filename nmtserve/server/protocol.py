@@ -42,7 +42,7 @@ class RequestLimits:
         if self.max_sentence_chars:
             for i, text in enumerate(texts):
                 if len(text) > self.max_sentence_chars:
-                    raise InputError(f"TEXT[{i}] is too long: {len(text)} characters, the maximum is "
+                    raise InputError(f"{c.sentence(i)} is too long: {len(text)} characters, the maximum is "
                                      f"{self.max_sentence_chars}")
 
 
@@ -61,11 +61,11 @@ def decode_texts(array: np.ndarray | None) -> list[str]:
             try:
                 text = bytes(item).decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise InputError(f"TEXT[{i}] is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+                raise InputError(f"{c.sentence(i)} is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
             except TypeError:
-                raise InputError(f"TEXT[{i}] is not a string") from None
+                raise InputError(f"{c.sentence(i)} is not a string") from None
         if not text.strip():
-            raise InputError(f"TEXT[{i}] is empty or whitespace only")
+            raise InputError(f"{c.sentence(i)} is empty or whitespace only")
         texts.append(text)
     return texts
 
@@ -201,7 +201,7 @@ def tokenize_request(tokenizer, texts: Sequence[str], spec: ModelSpec, *, prefix
         else:
             encoded = tokenizer.encode(text)
         if len(encoded) > spec.max_source_len:
-            raise InputError(f"TEXT[{i}] is too long: {len(encoded)} tokens, the maximum is {spec.max_source_len}")
+            raise InputError(f"{c.sentence(i)} is too long: {len(encoded)} tokens, the maximum is {spec.max_source_len}")
         ids.append(encoded)
         prefix = prefixes[i] if prefixes else ""
         tokens = _prefix_ids(tokenizer, prefix, languages.targets[i] if languages else None) if prefix.strip() else []

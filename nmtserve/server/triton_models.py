@@ -403,7 +403,7 @@ class DocumentModel:
 
     def initialize(self, args: dict) -> None:
         params, _ = _parameters(args)
-        self.translate_model = params.get("translate_model", "translate")
+        self.translate_model = params.get("translate_model", c.DEFAULT_MODEL)
         self.max_chars = int(params.get("max_document_chars", defaults.MAX_DOCUMENT_CHARS)) or None
         self.chunk = int(params.get("max_request_sentences", defaults.MAX_REQUEST_SENTENCES)) or defaults.MAX_REQUEST_SENTENCES
         # "1": `translate_model` is the pair router, which takes SOURCE_LANG/TARGET_LANG.
@@ -462,7 +462,7 @@ class DocumentModel:
                                              inputs=inputs).exec()
         if response.has_error():
             error = bls_error(response.error())
-            message = re.sub(r"\bTEXT\[(\d+)\]", lambda m: f"sentence {start + int(m.group(1)) + 1} of the document",
+            message = c.SENTENCE_IN_MESSAGE.sub(lambda m: f"sentence {start + int(m.group(1)) + 1} of the document",
                              error.message())
             raise _TranslateFailed(message, error.code())
         out = pb_utils.get_output_tensor_by_name(response, c.TRANSLATION).as_numpy()
@@ -579,7 +579,7 @@ def choose_pair(pairs: tuple[str, ...], source: str | None, target: str | None) 
 
 # What the models' own errors say, by the contract's rules: a bad sentence is named TEXT[i], a bad
 # option by its input's name; an overloaded or stopping engine says so (engine.py).
-_INVALID_MESSAGE = re.compile(r"\bTEXT\[\d+\]|\b(BEAM_SIZE|NUM_HYPOTHESES|MAX_LENGTH|LENGTH_PENALTY)\b")
+_INVALID_MESSAGE = re.compile(rf"{c.SENTENCE_IN_MESSAGE.pattern}|\b({'|'.join(c.OPTION_INPUTS)})\b")
 _UNAVAILABLE_MESSAGE = re.compile(r"server busy|shutting down|is not at ready state|has no available versions")
 
 
