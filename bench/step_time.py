@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from nmtserve import graphs
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DEFAULT_CHECKPOINT, markdown_table  # noqa: E402
 
@@ -28,19 +30,17 @@ def step_feeds(spec, batch: int, beam: int, past: int, src: int) -> dict[str, np
     """A decoder input of a fixed shape (random contents of the right types)."""
     rng = np.random.default_rng(0)
     rows = batch * beam
-    feeds = {
-        "input_ids": rng.integers(4, spec.vocab, (batch, beam)).astype(np.int32),
-        "position": np.full((batch,), past, np.int32),
-        "cache_rows": rng.integers(0, rows, (batch, beam, past)).astype(np.int32),
-        "past_mask": np.ones((batch, past), bool),
-        "src_mask": np.ones((batch, src), bool),
-    }
-    feeds["past_key"] = rng.standard_normal((past, rows, spec.layers, spec.heads, spec.d_k), np.float32)
-    feeds["past_value"] = rng.standard_normal((past, rows, spec.layers, spec.heads, spec.d_k), np.float32)
-    for i in range(spec.layers):
-        feeds[f"memory_key.{i}"] = rng.standard_normal((batch, spec.heads, spec.d_k, src), np.float32)
-        feeds[f"memory_value.{i}"] = rng.standard_normal((batch, spec.heads, src, spec.d_k), np.float32)
-    return feeds
+    cache = (past, rows, spec.layers, spec.heads, spec.d_k)
+    return graphs.decoder_feeds(
+        input_ids=rng.integers(4, spec.vocab, (batch, beam)).astype(np.int32),
+        position=np.full((batch,), past, np.int32),
+        past_key=rng.standard_normal(cache, np.float32), past_value=rng.standard_normal(cache, np.float32),
+        cache_rows=rng.integers(0, rows, (batch, beam, past)).astype(np.int32),
+        past_mask=np.ones((batch, past), bool),
+        memory_keys=[rng.standard_normal((batch, spec.heads, spec.d_k, src), np.float32) for _ in range(spec.layers)],
+        memory_values=[rng.standard_normal((batch, spec.heads, src, spec.d_k), np.float32) for _ in range(spec.layers)],
+        src_mask=np.ones((batch, src), bool),
+    )
 
 
 def time_calls(fn, sync=lambda: None, warmup: int = 5, seconds: float = 1.0) -> float:

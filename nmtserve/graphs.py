@@ -98,6 +98,17 @@ def decoder_outputs(d: Dims) -> list[Tensor]:
     ]
 
 
+def decoder_feeds(*, input_ids, position, past_key, past_value, cache_rows, past_mask, memory_keys: Sequence,
+                  memory_values: Sequence, src_mask) -> dict:
+    """The decoder's inputs by name (``decoder_inputs``' names, written once), from arrays of any
+    backend: what every step runtime is fed (the engine, lockstep decodes, the parity checks)."""
+    feeds = {"input_ids": input_ids, "position": position, "past_key": past_key, "past_value": past_value,
+             "cache_rows": cache_rows, "past_mask": past_mask, "src_mask": src_mask}
+    for i, (k, v) in enumerate(zip(memory_keys, memory_values, strict=True)):
+        feeds[memory_key(i)], feeds[memory_value(i)] = k, v
+    return feeds
+
+
 def split_memory(outputs: dict, layers: int) -> tuple[list, list]:
     """The encoder's outputs by name -> (per-layer memory keys, per-layer memory values)."""
     return [outputs[memory_key(i)] for i in range(layers)], [outputs[memory_value(i)] for i in range(layers)]

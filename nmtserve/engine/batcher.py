@@ -423,19 +423,17 @@ class InflightBatcher:
         g, b = self.g, group.size
         t_len = max(g - t_lo, 1)  # >= 1: a fresh batch attends a masked dummy slot
         times = np.arange(t_lo, t_lo + t_len)
-        feeds = {
-            "input_ids": group.search.tokens[:b].astype(np.int32),
-            "position": group.search.t[:b].astype(np.int32),
-            "past_key": group.past_key[t_lo : t_lo + t_len],
-            "past_value": group.past_value[t_lo : t_lo + t_len],
-            "cache_rows": np.ascontiguousarray(group.table[:b, :, t_lo : t_lo + t_len]),
-            "past_mask": (times >= group.start[:b, None]) & (times < g),
-            "src_mask": np.arange(group.width)[None, :] < group.src_len[:b, None],
-        }
-        for i in range(self.spec.layers):  # rows [0, b): contiguous, read in place
-            feeds[graphs.memory_key(i)] = group.keys[i][:b]
-            feeds[graphs.memory_value(i)] = group.values[i][:b]
-        return feeds
+        return graphs.decoder_feeds(
+            input_ids=group.search.tokens[:b].astype(np.int32),
+            position=group.search.t[:b].astype(np.int32),
+            past_key=group.past_key[t_lo : t_lo + t_len],
+            past_value=group.past_value[t_lo : t_lo + t_len],
+            cache_rows=np.ascontiguousarray(group.table[:b, :, t_lo : t_lo + t_len]),
+            past_mask=(times >= group.start[:b, None]) & (times < g),
+            # rows [0, b): contiguous, read in place
+            memory_keys=[k[:b] for k in group.keys], memory_values=[v[:b] for v in group.values],
+            src_mask=np.arange(group.width)[None, :] < group.src_len[:b, None],
+        )
 
     def _store_new_kv(self, group: _Group, out: dict[str, Any]) -> None:
         """The step's K/V at pool time g: one contiguous block; each hypothesis reads its own row."""

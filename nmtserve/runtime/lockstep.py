@@ -63,17 +63,13 @@ class LockstepModel:
             self.memory_values = [np.ascontiguousarray(v[batch_index]) for v in self.memory_values]
             self.src_mask = np.ascontiguousarray(self.src_mask[batch_index])
         rows, past_mask, t_len = self.index.inputs()
-        feeds = {
-            "input_ids": np.ascontiguousarray(tokens, dtype=np.int32),
-            "position": np.full((tokens.shape[0],), self.index.step_count, dtype=np.int32),
-            "past_key": self.past_key[:t_len],
-            "past_value": self.past_value[:t_len],
-            "cache_rows": rows.astype(np.int32),
-            "past_mask": past_mask,
-            "src_mask": self.src_mask,
-        }
-        for i, (k, v) in enumerate(zip(self.memory_keys, self.memory_values, strict=True)):
-            feeds[graphs.memory_key(i)], feeds[graphs.memory_value(i)] = k, v
+        feeds = graphs.decoder_feeds(
+            input_ids=np.ascontiguousarray(tokens, dtype=np.int32),
+            position=np.full((tokens.shape[0],), self.index.step_count, dtype=np.int32),
+            past_key=self.past_key[:t_len], past_value=self.past_value[:t_len], cache_rows=rows.astype(np.int32),
+            past_mask=past_mask, memory_keys=self.memory_keys, memory_values=self.memory_values,
+            src_mask=self.src_mask,
+        )
         out = self.model.run_step(feeds, ("log_probs", "new_key", "new_value"))
         t, write_rows = self.index.advance()
         write_cache(self.past_key, self.past_value, t, write_rows, out)
