@@ -47,6 +47,7 @@ __all__ = [
     "serve_forever",
 ]
 
+from . import drain
 from .install import (  # the install half (re-exported: callers import it from here too)
     ServerError,
     TritonInstall,
@@ -89,9 +90,6 @@ def _process_alive(pid: int) -> bool:
     return state != "Z"  # a zombie has exited; its parent has not reaped it yet
 
 
-# The environment variable naming the file whose appearance tells the models the server is
-# stopping (nmtserve.server.triton_models.GenerateModel drains its engine then).
-DRAIN_ENV = "NMTSERVE_DRAIN_FILE"
 RESTRICTED_APIS = ("model-repository", "shared-memory", "trace", "logging")
 ADMIN_HEADER = "nmtserve-admin-key"  # over gRPC Triton expects it as "triton-grpc-protocol-nmtserve-admin-key"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "ipv6:[::1]")
@@ -467,10 +465,7 @@ class TritonServer:
 
         # Stop requests reach the models through this file (DRAIN_ENV): they answer what is in
         # flight with UNAVAILABLE at once instead of making Triton wait out its exit timeout.
-        fd, drain = tempfile.mkstemp(prefix="nmtserve-drain-")
-        os.close(fd)
-        os.unlink(drain)
-        self._drain_file = Path(drain)
+        self._drain_file = drain.new_flag()
         LOGGER.info("starting tritonserver: %s", " ".join(command))
         LOGGER.info("tritonserver log: %s", self._log_path)
         self._process = subprocess.Popen(
@@ -480,7 +475,7 @@ class TritonServer:
             # that could fill up and block it if nobody reads.
             stdout=subprocess.PIPE if config.log_stream is not None else self._log_handle,
             stderr=subprocess.STDOUT,
-            env=_server_env(install, {**config.env, DRAIN_ENV: str(self._drain_file)}),
+            env=_server_env(install, {**config.env, drain.DRAIN_ENV: str(self._drain_file)}),
             # Its own process group: a terminal's Ctrl-C reaches only the launcher, which then
             # stops the server once (and can kill the server and its stubs together).
             start_new_session=True,
@@ -633,8 +628,7 @@ class TritonServer:
                 process.returncode = 0
         self._kill_group(process)  # stubs that outlived their server, if any
         if self._drain_file is not None:
-            for leftover in self._drain_file.parent.glob(f"{self._drain_file.name}*"):
-                leftover.unlink(missing_ok=True)
+            drain.remove(self._drain_file)
         if self._log_thread is not None:
             self._log_thread.join(timeout=5.0)
             self._log_thread = None
@@ -676,9 +670,7 @@ class TritonServer:
     def _wait_drained(self, until: float) -> None:
         """Until ``generate`` says it answered everything it held (or ``until``)."""
         assert self._drain_file is not None
-        pattern = f"{self._drain_file.name}.drained.*"
-        while time.monotonic() < until and not any(self._drain_file.parent.glob(pattern)):
-            time.sleep(0.005)
+        drain.wait_acknowledged(self._drain_file, until)
 
     def _unloads_seen(self, waiting: set[str], position: int) -> int:
         """Drop from ``waiting`` the unload lines the log gained since ``position`` (complete lines

@@ -29,7 +29,7 @@ import numpy as np
 from .. import contract as c
 from .. import defaults
 from ..decoding.search import SearchOptions
-from .launcher import DRAIN_ENV
+from . import drain as drain_handshake
 from .protocol import (
     InputError,
     decode_strings,
@@ -216,9 +216,9 @@ class GenerateModel:
         # Cancellation and metrics are IPC round trips: twice a second, not per step.
         self._poller = threading.Thread(target=self._poll, name="nmtserve-poll", daemon=True)
         self._poller.start()
-        drain = os.environ.get(DRAIN_ENV)
-        if drain:
-            threading.Thread(target=self._drain_on, args=(Path(drain),), name="nmtserve-drain", daemon=True).start()
+        flag = drain_handshake.flag_from_environment()
+        if flag is not None:
+            threading.Thread(target=self._drain_on, args=(flag,), name="nmtserve-drain", daemon=True).start()
         log.info("generate ready (%s, %d decode loop(s) x %s intra-op thread(s)): %s", backend, workers,
                  threads or "default", self.spec)
 
@@ -284,7 +284,7 @@ class GenerateModel:
                 log.info("server stopping: answering %d running and %d queued sentences with UNAVAILABLE",
                          self.engine.running, self.engine.queued)
                 self.engine.stop()
-                Path(f"{flag}.drained.{os.getpid()}").touch()  # the launcher signals Triton now
+                drain_handshake.acknowledge(flag)  # the launcher signals Triton now
                 return
 
     def finalize(self) -> None:
