@@ -17,7 +17,7 @@ from .exitcodes import EXIT_ERROR, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE  # noqa
 
 def _add_search_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("decoding")
-    g.add_argument("--beam-size", type=int, default=None, help="beam width (default: the model's, 4)")
+    g.add_argument("--beam-size", type=int, default=None, help=f"beam width (default: the model's, {defaults.BEAM_SIZE})")
     g.add_argument("--nbest", type=int, default=1, help="hypotheses per sentence (<= beam size)")
     g.add_argument("--length-penalty", type=float, default=None, help="score = sum log p / length**alpha (default 1.0)")
     g.add_argument("--max-length", type=int, default=None, help="max generated tokens per sentence")
@@ -32,7 +32,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if not args.no_eval:
         from .model.evaluate import evaluate_checkpoint
 
-        evaluate_checkpoint(Path(args.output), beam_size=4, write=True)
+        evaluate_checkpoint(Path(args.output), beam_size=defaults.BEAM_SIZE, write=True)
     return EXIT_OK
 
 
@@ -61,7 +61,7 @@ def _cmd_languages(args: argparse.Namespace) -> int:
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from .model.evaluate import evaluate_checkpoint
 
-    evaluate_checkpoint(Path(args.checkpoint), beam_size=args.beam_size or 4, write=args.write)
+    evaluate_checkpoint(Path(args.checkpoint), beam_size=args.beam_size or defaults.BEAM_SIZE, write=args.write)
     return EXIT_OK
 
 
@@ -143,9 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--protocol", choices=["grpc", "http"], default="grpc")
     p.add_argument("--model", default=contract.DEFAULT_MODEL, help="Triton model name")
     p.add_argument("--json", action="store_true", help="JSON lines with scores (and n-best)")
-    p.add_argument("--batch-size", type=int, default=32, help="sentences per request")
-    p.add_argument("--concurrency", type=int, default=4, help="requests in flight")
-    p.add_argument("--timeout", type=float, default=60.0, help="per-request timeout, seconds")
+    p.add_argument("--batch-size", type=int, default=defaults.CLIENT_BATCH_SIZE, help="sentences per request")
+    p.add_argument("--concurrency", type=int, default=defaults.CLIENT_CONCURRENCY, help="requests in flight")
+    p.add_argument("--timeout", type=float, default=defaults.CLIENT_TIMEOUT_S, help="per-request timeout, seconds")
     p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     p.add_argument("--tls", action="store_true", help="TLS with the system's certificate authorities")
     p.add_argument("--tls-ca", metavar="PEM", help="TLS: trust these certificate authorities (implies --tls)")

@@ -10,3 +10,9 @@ MAX_SENTENCE_CHARS = 4096  # characters per sentence
 MAX_DOCUMENT_CHARS = 1_000_000  # characters per translate_document request
 MAX_QUEUED_SENTENCES = 2048  # sentences waiting to join the decoding batch; more are UNAVAILABLE "server busy"
 QUEUE_TIMEOUT_S = 60.0  # seconds a request may wait for decoding to start
+
+# The client (Translator, `nmtserve translate`): sentences per request, requests in flight, and
+# seconds per request (generous: a beam search over 32 long sentences on a CPU takes seconds).
+CLIENT_BATCH_SIZE = 32
+CLIENT_CONCURRENCY = 4
+CLIENT_TIMEOUT_S = 60.0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import contract
+from .. import contract, defaults
 
 # -- where the server is
 DEFAULT_PROTOCOL = "grpc"
@@ -15,7 +15,7 @@ DEFAULT_MODEL = contract.DEFAULT_MODEL
 # -- time
 # Per request (one batch of sentences). Generous: a beam search over 32 long sentences on a
 # CPU server takes seconds, and a request that timed out is not retried.
-DEFAULT_TIMEOUT = 60.0
+DEFAULT_TIMEOUT = defaults.CLIENT_TIMEOUT_S
 # Connecting is quick or it fails: a server that does not accept within this is not there.
 CONNECT_TIMEOUT = 10.0
 
@@ -32,9 +32,9 @@ RETRY_JITTER = 0.25
 GRPC_RECONNECT_BACKOFF_MS = {"initial": 100, "min": 100, "max": 2000}
 
 # -- batching
-DEFAULT_BATCH_SIZE = 32  # sentences per request
+DEFAULT_BATCH_SIZE = defaults.CLIENT_BATCH_SIZE  # sentences per request
 DEFAULT_MAX_BATCH_TOKENS = None  # no token budget
-DEFAULT_CONCURRENCY = 4  # requests in flight
+DEFAULT_CONCURRENCY = defaults.CLIENT_CONCURRENCY  # requests in flight
 # Sentences are sorted by length within a window of this many requests' worth of input, so
 # that each request holds sentences of similar length (less padding on the server) while the
 # output can still stream in input order, window after window.

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from .. import defaults
 from ..decoding.search import SearchOptions
 from ..graphs import pad_batch
 from ..model.checkpoint import load_checkpoint, save_checkpoint
@@ -142,12 +143,12 @@ def _keep_better_weights(
     model: Transformer, ema: dict[str, torch.Tensor] | None, tokenizer: Tokenizer, valid: list[tuple[str, str]]
 ) -> dict[str, float | str]:
     """Load the averaged weights into ``model`` if they match more of ``valid`` (beam 4)."""
-    raw_em, _ = _exact_match(model, tokenizer, valid, beam=4)
+    raw_em, _ = _exact_match(model, tokenizer, valid, beam=defaults.BEAM_SIZE)
     if ema is None:
         return {"kept": "raw", "valid_exact_match_raw": raw_em}
     raw = {k: v.clone() for k, v in model.state_dict().items()}
     model.load_state_dict(ema)
-    ema_em, _ = _exact_match(model, tokenizer, valid, beam=4)
+    ema_em, _ = _exact_match(model, tokenizer, valid, beam=defaults.BEAM_SIZE)
     log.info("valid exact match (beam 4): raw weights %.4f, averaged %.4f", raw_em, ema_em)
     if ema_em < raw_em:
         model.load_state_dict(raw)

@@ -7,6 +7,7 @@ import logging
 import time
 from pathlib import Path
 
+from .. import defaults
 from ..decoding.search import SearchOptions
 from .checkpoint import load_checkpoint
 from .reference import translate
@@ -14,7 +15,7 @@ from .reference import translate
 log = logging.getLogger(__name__)
 
 
-def evaluate_checkpoint(directory: Path, beam_size: int = 4, write: bool = False) -> dict:
+def evaluate_checkpoint(directory: Path, beam_size: int = defaults.BEAM_SIZE, write: bool = False) -> dict:
     import sacrebleu
 
     ckpt = load_checkpoint(directory)

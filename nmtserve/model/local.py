@@ -7,6 +7,7 @@ import fileinput
 import json
 import sys
 
+from .. import defaults
 from ..decoding.search import SearchOptions
 from .checkpoint import load_checkpoint
 from .reference import translate
@@ -14,7 +15,7 @@ from .reference import translate
 
 def translate_local(args: argparse.Namespace) -> int:
     ckpt = load_checkpoint(args.checkpoint)
-    beam = args.beam_size or 4
+    beam = args.beam_size or defaults.BEAM_SIZE
     options = SearchOptions(
         beam_size=beam,
         num_hypotheses=args.nbest,

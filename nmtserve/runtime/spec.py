@@ -70,7 +70,7 @@ class ModelSpec:
         required field raises ValueError naming it."""
         names = {f.name for f in fields(cls)}
         known = {k: v for k, v in data.items() if k in names}
-        known.setdefault("max_beam", max(graphs.DEFAULT_MAX_BEAM, int(known.get("beam_size", 4))))
+        known.setdefault("max_beam", max(graphs.DEFAULT_MAX_BEAM, int(known.get("beam_size", defaults.BEAM_SIZE))))
         missing = [f.name for f in fields(cls)
                    if f.default is MISSING and f.default_factory is MISSING and f.name not in known]
         if missing:
