@@ -18,7 +18,8 @@ instance per GPU, its cache pool on the GPU) from ``generate/1/encoder.plan`` an
 (``nmtserve.export.engines``); with ``graph_models`` the same plans are also served as TensorRT
 models ``encoder`` / ``decoder`` (``platform: "tensorrt_plan"``, ``1/model.plan``).
 
-Every model.py is a one-line hand-over to ``nmtserve.server.triton_models``; artifacts live
+Every model.py is a one-line hand-over to ``nmtserve.server.triton_models`` (the BLS front doors:
+``front_doors``); artifacts live
 once, in ``generate/1``, and the other models point at them with an ``artifacts``
 parameter.
 """
@@ -182,10 +183,12 @@ def _ensemble(name: str, params: dict[str, str], sfx: str = "", multilingual: bo
     return text + _params(params)
 
 
-_MODEL_PY = '''"""Triton model `{model}` of nmtserve: the logic lives in nmtserve.server.triton_models.{cls}."""
+_MODEL_PY = '''"""Triton model `{model}` of nmtserve: the logic lives in nmtserve.server.{module}.{cls}."""
 
-from nmtserve.server.triton_models import {cls} as TritonPythonModel  # noqa: F401
+from nmtserve.server.{module} import {cls} as TritonPythonModel  # noqa: F401
 '''
+# The module of each model class: the ensemble's steps, or the BLS front doors beside it.
+MODEL_MODULES = {"DocumentModel": "front_doors", "PairRouterModel": "front_doors"}
 
 
 def model_configs(dims: graphs.Dims, opts: RepositoryOptions,
@@ -272,7 +275,8 @@ def write_repository(repository: Path, dims: graphs.Dims, artifacts: dict[str, P
         version = repository / model / "1"
         version.mkdir(parents=True, exist_ok=True)
         if cls:
-            _write(version / "model.py", _MODEL_PY.format(model=model, cls=cls))
+            _write(version / "model.py", _MODEL_PY.format(model=model, cls=cls,
+                                                          module=MODEL_MODULES.get(cls, "triton_models")))
             written.append(version / "model.py")
         else:  # a model.py left by an export for the other target would be misleading
             (version / "model.py").unlink(missing_ok=True)

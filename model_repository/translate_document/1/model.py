@@ -1,3 +1,3 @@
-"""Triton model `translate_document` of nmtserve: the logic lives in nmtserve.server.triton_models.DocumentModel."""
+"""Triton model `translate_document` of nmtserve: the logic lives in nmtserve.server.front_doors.DocumentModel."""
 
-from nmtserve.server.triton_models import DocumentModel as TritonPythonModel  # noqa: F401
+from nmtserve.server.front_doors import DocumentModel as TritonPythonModel  # noqa: F401

@@ -1,0 +1,235 @@
+"""The BLS front doors beside the ensemble: ``translate_document`` (``DocumentModel``) and, in a
+repository of language pairs, ``translate`` (``PairRouterModel``). Each forwards its requests to
+an ensemble by BLS from a thread pool and answers through the request's response sender, so
+requests in flight overlap in one non-decoupled instance."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .. import contract as c
+from .. import defaults
+from . import stub
+from .protocol import InputError
+
+log = logging.getLogger("nmtserve.server")
+pb_utils = stub.pb_utils  # None outside a Triton Python-backend stub
+
+
+class _FrontDoor:
+    """What both front doors share: their parameters, a pool of ``WORKERS`` forwarding threads,
+    and its shutdown."""
+
+    WORKERS = 8
+
+    def _start(self, args: dict) -> dict:
+        params, _ = stub.parameters(args)
+        self._pool = ThreadPoolExecutor(self.WORKERS, thread_name_prefix=f"nmtserve-{type(self).__name__}")
+        return params
+
+    def finalize(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class DocumentModel(_FrontDoor):
+    """``translate_document``: DOCUMENT [1] (+ FORMAT, decoding options) -> TRANSLATION [1], SENTENCES [1].
+
+    Cuts the document into sentences (``nmtserve.documents``: plain, Markdown, HTML), sends all
+    of them to the ``translate`` ensemble as one request (BLS; more than
+    ``max_request_sentences`` go as several, one after another), and puts the translations back
+    into the document. Non-decoupled, answering through response senders from a thread pool (as
+    ``generate`` does), so documents in flight decode in generate's one running batch and a
+    long document does not hold up a short one.
+    """
+
+    WORKERS = 8  # documents in flight at once in this model; more wait in the pool's queue
+
+    def initialize(self, args: dict) -> None:
+        params = self._start(args)
+        self.translate_model = params.get("translate_model", c.DEFAULT_MODEL)
+        self.max_chars = int(params.get("max_document_chars", defaults.MAX_DOCUMENT_CHARS)) or None
+        self.chunk = int(params.get("max_request_sentences", defaults.MAX_REQUEST_SENTENCES)) or defaults.MAX_REQUEST_SENTENCES
+        # "1": `translate_model` is the pair router, which takes SOURCE_LANG/TARGET_LANG.
+        self.routed = params.get("routed", "0") == "1"
+
+    def execute(self, requests: list) -> None:
+        for request in requests:
+            sender = request.get_response_sender()
+            try:  # copied out here: the inputs are freed when execute returns
+                text, fmt = _document_input(request)
+                options = {name: np.array(value) for name in (c.BEAM_SIZE, c.MAX_LENGTH, c.LENGTH_PENALTY,
+                                                              c.SOURCE_LANG, c.TARGET_LANG)
+                           if (value := stub.input_array(request, name)) is not None}
+                if not self.routed and (c.SOURCE_LANG in options or c.TARGET_LANG in options):
+                    raise InputError(f"this server serves one model without language pairs: leave {c.SOURCE_LANG} "
+                                     f"and {c.TARGET_LANG} out")
+            except InputError as exc:
+                stub.send_final(sender, pb_utils.InferenceResponse(error=stub.error(str(exc))))
+                continue
+            self._pool.submit(self._translate, text, fmt, options, sender)
+        return None
+
+    def _translate(self, text: str, fmt: str, options: dict, sender) -> None:
+        from ..documents import DocumentError, segment
+
+        try:
+            document = segment(text, fmt, max_chars=self.max_chars) if self.max_chars else segment(text, fmt)
+            translations: list[str] = []
+            for start in range(0, len(document.sentences), self.chunk):
+                translations += self._sentences(document.sentences[start:start + self.chunk], start, options)
+            out = document.render(translations).encode("utf-8")
+            response = pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor(c.TRANSLATION, np.array([out], dtype=np.object_)),
+                pb_utils.Tensor(c.SENTENCES, np.array([len(document.sentences)], dtype=np.int32)),
+            ])
+        except DocumentError as exc:
+            response = pb_utils.InferenceResponse(error=stub.error(str(exc)))
+        except _TranslateFailed as exc:
+            response = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc), exc.code))
+        except Exception as exc:
+            log.exception("translate_document failed")
+            response = pb_utils.InferenceResponse(error=stub.error(f"document translation failed: {exc}", invalid=False))
+        stub.send_final(sender, response)
+
+    def _sentences(self, sentences: list[str], start: int, options: dict) -> list[str]:
+        """One BLS request to the translate ensemble; its error keeps its status code, with the
+        sentence named by its place in the document instead of in the request."""
+        inputs = [pb_utils.Tensor(c.TEXT, np.array([s.encode("utf-8") for s in sentences], dtype=np.object_))]
+        inputs += [pb_utils.Tensor(name, value) for name, value in options.items()]
+        response = pb_utils.InferenceRequest(model_name=self.translate_model, requested_output_names=[c.TRANSLATION],
+                                             inputs=inputs).exec()
+        if response.has_error():
+            error = bls_error(response.error())
+            message = c.SENTENCE_IN_MESSAGE.sub(lambda m: f"sentence {start + int(m.group(1)) + 1} of the document",
+                             error.message())
+            raise _TranslateFailed(message, error.code())
+        out = pb_utils.get_output_tensor_by_name(response, c.TRANSLATION).as_numpy()
+        return [t.decode("utf-8") for t in out.reshape(-1)]
+
+
+
+class _TranslateFailed(Exception):
+    def __init__(self, message: str, code) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _document_input(request) -> tuple[str, str]:
+    """The request's DOCUMENT as text and its FORMAT (default plain); InputError names a bad one."""
+    document = stub.input_array(request, c.DOCUMENT)
+    if document is None or document.size != 1:
+        raise InputError(f"{c.DOCUMENT} must hold exactly one document, got {0 if document is None else document.size}")
+    raw = document.reshape(-1)[0]
+    try:
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{c.DOCUMENT} is not valid UTF-8 (byte {exc.start})") from None
+    fmt = stub.input_array(request, c.FORMAT)
+    name = "plain" if fmt is None or fmt.size == 0 else fmt.reshape(-1)[0]
+    name = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
+    if name not in c.DOCUMENT_FORMATS:
+        raise InputError(f"{c.FORMAT} must be one of {', '.join(c.DOCUMENT_FORMATS)}, got {name!r}")
+    return text, name
+
+
+class PairRouterModel(_FrontDoor):
+    """``translate`` in a repository of several language pairs: TEXT, SOURCE_LANG, TARGET_LANG
+    (and the decoding options) -> the outputs of the pair's own ensemble (``translate_en_fr``).
+
+    Each pair keeps its own tokenize/generate/detokenize, so requests for different pairs decode
+    concurrently, each pair in its own in-flight batch. The request is forwarded by BLS from a
+    thread pool and answered through its response sender (as ``generate`` does). Without
+    SOURCE_LANG/TARGET_LANG a request goes to the only pair that fits what it gives; an unknown
+    or ambiguous pair is INVALID_ARG listing the pairs served.
+    """
+
+    WORKERS = 64  # requests forwarded at once; more wait in the pool's queue
+
+    def initialize(self, args: dict) -> None:
+        params = self._start(args)
+        self.name = json.loads(args["model_config"])["name"]
+        self.pairs = tuple(p for p in params.get(c.PAIRS_PARAMETER, "").split(",") if p)
+        if not self.pairs:
+            raise ValueError(f"model {self.name}: no language pairs in its '{c.PAIRS_PARAMETER}' parameter")
+        log.info("%s routes %s", self.name, ", ".join(self.pairs))
+
+    def execute(self, requests: list) -> None:
+        for request in requests:
+            sender = request.get_response_sender()
+            try:
+                pair = choose_pair(self.pairs, _language(request, c.SOURCE_LANG), _language(request, c.TARGET_LANG))
+                inputs = [pb_utils.Tensor(t.name, np.array(value)) for t in c.TRANSLATE_INPUTS
+                          if (value := stub.input_array(request, t.name)) is not None]
+                outputs = list(request.requested_output_names())
+            except InputError as exc:
+                stub.send_final(sender, pb_utils.InferenceResponse(error=stub.error(str(exc))))
+                continue
+            self._pool.submit(self._forward, self.name + c.pair_suffix(pair), inputs, outputs, sender)
+        return None
+
+    def _forward(self, model: str, inputs: list, outputs: list[str], sender) -> None:
+        try:
+            answer = pb_utils.InferenceRequest(model_name=model, requested_output_names=outputs, inputs=inputs).exec()
+            if answer.has_error():
+                response = pb_utils.InferenceResponse(error=bls_error(answer.error()))
+            else:
+                response = pb_utils.InferenceResponse(output_tensors=answer.output_tensors())
+        except Exception as exc:
+            log.exception("routing to %s failed", model)
+            response = pb_utils.InferenceResponse(error=stub.error(f"routing to {model} failed: {exc}", invalid=False))
+        stub.send_final(sender, response)
+
+
+
+def _language(request, name: str) -> str | None:
+    value = stub.input_array(request, name)
+    if value is None or value.size == 0:
+        return None
+    if value.size != 1:
+        raise InputError(f"{name} must hold one language code, got {value.size}")
+    raw = value.reshape(-1)[0]
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    return text.strip() or None
+
+
+def choose_pair(pairs: tuple[str, ...], source: str | None, target: str | None) -> str:
+    """The one pair of ``pairs`` that fits the request's languages (either may be left out)."""
+    fits = [p for p in pairs if (source is None or p.split("-")[0] == source)
+            and (target is None or p.split("-")[1] == target)]
+    if len(fits) == 1:
+        return fits[0]
+    served = ", ".join(pairs)
+    asked = f"{source or '?'}-{target or '?'}"
+    if not fits:
+        raise InputError(f"no model for the language pair {asked}: this server translates {served}")
+    raise InputError(f"the language pair {asked} is ambiguous: give {c.SOURCE_LANG} and {c.TARGET_LANG} "
+                     f"(this server translates {served})")
+
+
+# What the models' own errors say, by the contract's rules: a bad sentence is named TEXT[i], a bad
+# option by its input's name; an overloaded or stopping engine says so (engine.py).
+_INVALID_MESSAGE = re.compile(rf"{c.SENTENCE_IN_MESSAGE.pattern}|\b({'|'.join(c.OPTION_INPUTS)})\b")
+_UNAVAILABLE_MESSAGE = re.compile(r"server busy|shutting down|is not at ready state|has no available versions")
+
+
+def bls_error(error):
+    """A BLS response's error with the status the client should see.
+
+    The Python backend hands a BLS caller the message of the callee's error but (Triton 24.x)
+    not always its code, which arrives as INTERNAL; a client would then treat a bad sentence
+    as a server failure and not retry an overloaded server. The code is recovered from the
+    message where the contract makes that certain."""
+    errors = pb_utils.TritonError
+    code = error.code() if hasattr(error, "code") else errors.INTERNAL
+    message = error.message()
+    if code == errors.INTERNAL:
+        if _INVALID_MESSAGE.search(message):
+            code = errors.INVALID_ARG
+        elif _UNAVAILABLE_MESSAGE.search(message):
+            code = getattr(errors, "UNAVAILABLE", errors.INTERNAL)
+    return errors(message, code)

@@ -1,0 +1,68 @@
+"""What every Python-backend model of nmtserve needs from the Triton stub: its utilities
+(``pb_utils``, importable only inside a stub), errors with the status a client can act on,
+inputs as arrays, the model's parameters, and a final response sent through a response sender."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger("nmtserve.server")
+
+try:  # only importable inside the Triton Python backend stub
+    import triton_python_backend_utils as pb_utils
+except ImportError:  # pragma: no cover - unit tests import this module outside Triton
+    pb_utils = None
+
+
+def error(message: str, invalid: bool = True):
+    code = pb_utils.TritonError.INVALID_ARG if invalid else pb_utils.TritonError.INTERNAL
+    return pb_utils.TritonError(message, code)
+
+
+def engine_error(prefix: str, exc: BaseException):
+    """An engine failure as the status a client can act on: UNAVAILABLE while the server shuts
+    down or is overloaded (retry later or elsewhere), CANCELLED for a cancelled request, INVALID_ARG for a request the
+    engine refuses, INTERNAL otherwise."""
+    from ..engine import EngineBusy, EngineStopped, RequestCancelled
+
+    errors = pb_utils.TritonError
+    if isinstance(exc, (EngineStopped, EngineBusy)):
+        code = getattr(errors, "UNAVAILABLE", errors.INTERNAL)
+    elif isinstance(exc, RequestCancelled):
+        code = getattr(errors, "CANCELLED", errors.INTERNAL)
+    elif isinstance(exc, ValueError):  # refused at submit (a limit of the engine)
+        code = errors.INVALID_ARG
+    else:
+        code = errors.INTERNAL
+    return pb_utils.TritonError(f"{prefix}{exc}", code)
+
+
+def input_array(request, name: str) -> np.ndarray | None:
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy()
+
+
+def parameters(args: dict) -> tuple[dict, Path]:
+    config = json.loads(args["model_config"])
+    params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+    version_dir = Path(args["model_repository"]) / args["model_version"]
+    return params, version_dir
+
+
+def artifacts(params: dict, version_dir: Path) -> Path:
+    """Folder holding the exported artifacts (ONNX, model.json, sentencepiece models)."""
+    return (version_dir / params.get("artifacts", ".")).resolve()
+
+
+
+
+def send_final(sender, response) -> None:
+    """Send a request's one (final) response; a client that went away is logged, not raised."""
+    try:
+        sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    except Exception:
+        log.exception("could not send a response")
