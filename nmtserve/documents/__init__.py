@@ -1,0 +1,237 @@
+"""Translate whole documents: cut plain text, Markdown or HTML into sentences and put the
+translations back into the original structure.
+
+    from nmtserve.documents import segment, translate_document
+
+    doc = segment(text, "markdown")            # doc.sentences: what to translate, in order
+    out = doc.render(my_batch(doc.sentences))  # the same document, sentences replaced
+    out = translate_document(text, "html", my_batch)   # the same, in one call
+
+Pure Python; no Triton, torch or other nmtserve module. Sentences are found by ``sentencex``
+(Wikimedia's rule-based segmenter, ~300 languages, ``language`` picks its rules), Markdown is
+parsed by ``markdown-it-py`` (CommonMark, plus GFM tables and ``~~strikethrough~~``) and HTML by
+the standard library's ``html.parser``. None of them rewrites the document: every piece of the
+output that is not a translated sentence is a byte-for-byte slice of the input, so rendering
+with the sentences themselves gives the input back, and a translation equal to its sentence is
+put back as the original source text.
+
+Rules
+-----
+Sentences
+    A *run* is a stretch of text that sentences may span (a plain-text paragraph, a Markdown
+    paragraph, heading or table cell, the text of an HTML block between two block-level tags).
+    ``sentencex`` cuts each run; each piece is stripped of surrounding whitespace, which stays
+    in place. A piece without a single letter (numbers, punctuation, a lone code span) is not a
+    sentence: it is kept as it is and not sent to the translator. Inside a sentence each run of
+    ASCII whitespace (a line break and the indentation after it, tabs, repeated spaces) reaches
+    the translator as one space; translations are stripped and their whitespace runs made one
+    space too, so a translation never adds a line to the document.
+plain
+    Paragraphs are separated by blank lines (empty or whitespace only). A paragraph is one
+    run, so a sentence may continue over a line break (hard-wrapped text): the translator gets
+    it as one line and its translation replaces all of its lines (the original line breaks stay
+    only where the translation equals the sentence). Lines that must stay lines (a list, a
+    poem) need blank lines between them, or the Markdown format and its hard line breaks.
+markdown
+    Translated: paragraphs (so list items and block quotes), headings, table cells. Kept as
+    written: front matter (a ``---`` or ``+++`` block at the very top), fenced and indented
+    code, HTML blocks, link reference definitions, thematic breaks, and every block marker
+    (``#``, ``>``, ``-``, ``1.``, indentation, setext underlines, table pipes). A hard line
+    break (two trailing spaces or a backslash) ends a sentence, like a new block. A sentence
+    over several lines of a paragraph becomes one line when its translation differs.
+html
+    Block-level tags (every tag not in ``INLINE_TAGS``), ``<br>``, comments, doctype, CDATA and
+    processing instructions end a run and are kept as written. Nothing inside ``code``,
+    ``kbd``, ``samp``, ``var``, ``pre``, ``script``, ``style``, ``textarea``, ``svg``, ``math``
+    or an element with ``translate="no"`` is translated (``translate="yes"`` turns translation
+    back on below a ``translate="no"``, not below the listed elements). Attribute values
+    (``alt``, ``title``...) are not translated. The HTML need not be well formed: unclosed and
+    stray tags are kept as written, an end tag closes the innermost open element of its name
+    (no implied end tags: ``<p translate="no">a<p>b`` leaves "b" untranslated too), and an
+    unclosed ``<!--`` comments out the rest of the document, as in browsers.
+Inline markup (Markdown emphasis, strikethrough, links, code spans, images, autolinks, inline
+HTML; HTML inline tags such as ``<b>``, ``<a href>``, ``<span>``, ``<img>``)
+    stays in the sentence as a placeholder, in the style of XLIFF: the two markers of a pair
+    around text become ``<g1>``...``</g1>`` (``**bold**``, ``[text](url)``, ``<a href="x">
+    text</a>``: the text between is translated); an atomic span becomes ``<x2/>`` (a code
+    span, an image, an autolink, inline HTML in Markdown, ``<code>...</code>``, ``<img>``,
+    untranslated text inside the sentence, a marker whose partner is in another sentence).
+    Numbers count from 1 in each sentence (from above the highest one if the sentence's own
+    text already reads like a placeholder). Markers at the edges of a sentence, when they wrap
+    all of it or their partner lies in another sentence, stay outside the sentence and are not
+    shown to the translator (``*Hello. World.*`` gives "Hello." and "World."). On render each
+    placeholder is replaced by its exact source text, wherever the translation moved it, with
+    any case and spaces inside (``< G1 >``). Damage is repaired, never raised: a pair that lost
+    a marker or crosses another pair is dropped (its text stays, the formatting goes), a
+    repeated placeholder counts once, an atomic placeholder the translation lost is appended
+    at the end of the sentence (code and images are never lost), and placeholder-like text
+    that is not one of the sentence's own placeholders is text.
+Entities and escapes
+    The translator sees decoded text: ``&amp;`` is ``&``, ``&nbsp;`` a no-break space, a
+    Markdown ``\\*`` is ``*``. Translated text is escaped again when rendered: HTML ``& < >``;
+    Markdown backslash-escapes ``\\ ` * _ [ ] < | ~``, an ``&`` that would start an entity, and
+    a leading ``# > - + =`` or ``1.``/``1)`` that could start a block.
+
+Bad input raises ``DocumentError`` (a ``ValueError``): ``text`` not a ``str``, an unknown
+format, more than ``max_chars`` characters, or a character typical of binary data (NUL and
+the other C0 controls except tab, line feed, vertical tab, form feed and carriage return; DEL;
+lone surrogates; U+FFFE/U+FFFF), with its offset, line and column. Translations that do not
+fit their sentences (wrong count, not strings) raise ``TranslationMismatchError``.
+"""
+
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ._core import (
+    DEFAULT_MAX_CHARS,
+    FORMATS,
+    DocumentError,
+    TranslationMismatchError,
+    _Piece,
+    _Slot,
+)
+from ._html import _html_escape, _html_runs
+from ._markdown import _markdown_escape, _markdown_runs
+from ._plain import _plain_escape, _plain_runs
+from ._sentences import _render_sentence, _sentences_of_run
+
+__all__ = [
+    "DEFAULT_MAX_CHARS",
+    "FORMATS",
+    "INLINE_TAGS",
+    "NO_TRANSLATE_TAGS",
+    "DocumentError",
+    "Segmented",
+    "TranslationMismatchError",
+    "segment",
+    "translate_document",
+]
+
+
+@dataclass(frozen=True)
+class Segmented:
+    """A document cut into the sentences to translate and everything else.
+
+    ``sentences`` are stripped, non-empty and in document order. ``render`` takes one
+    translation per sentence, in the same order, and returns the document with each sentence
+    replaced; everything else is copied from the input unchanged, so
+    ``doc.render(doc.sentences)`` is the input.
+    """
+
+    sentences: list[str]
+    fmt: str
+    _text: str = field(repr=False, compare=False)
+    _slots: tuple[_Slot, ...] = field(repr=False, compare=False)
+
+    @property
+    def spans(self) -> list[tuple[int, int]]:
+        """Where each sentence is in the document: ``text[start:end]``, in order, disjoint."""
+        return [(slot.start, slot.end) for slot in self._slots]
+
+    def render(self, translations: Sequence[str]) -> str:
+        if isinstance(translations, (str, bytes)) or not isinstance(translations, Sequence):
+            raise TranslationMismatchError(
+                f"translations must be a sequence of str, got {type(translations).__name__}")
+        if len(translations) != len(self._slots):
+            raise TranslationMismatchError(
+                f"got {len(translations)} translations for {len(self._slots)} sentences")
+        escape = _ESCAPERS[self.fmt]
+        out: list[str] = []
+        pos = 0
+        for i, (slot, translation) in enumerate(zip(self._slots, translations, strict=True)):
+            if not isinstance(translation, str):
+                raise TranslationMismatchError(
+                    f"translation {i} is {type(translation).__name__}, not str")
+            out.append(self._text[pos:slot.start])
+            if translation == slot.sentence:
+                out.append(self._text[slot.start:slot.end])
+            else:
+                out.append(_render_sentence(slot, translation, escape))
+            pos = slot.end
+        out.append(self._text[pos:])
+        return "".join(out)
+
+
+def segment(text: str, fmt: str, *, language: str = "en",
+            max_chars: int = DEFAULT_MAX_CHARS) -> Segmented:
+    """Cut ``text`` (``fmt`` one of ``FORMATS``) into the sentences to translate.
+
+    ``language`` is the source language code for the segmenter's rules (ISO 639, e.g. "en",
+    "de", "ja"; unknown codes fall back to its generic rules). Raises ``DocumentError`` for a
+    document that is not text, longer than ``max_chars`` characters, or in an unknown format,
+    and ``ValueError`` for an empty ``language``.
+    """
+    _check_document(text, fmt, max_chars)
+    if not isinstance(language, str) or not language.strip():
+        raise ValueError(f"language must be a language code such as 'en', got {language!r}")
+    runs = _RUNS[fmt](text)
+    slots: list[_Slot] = []
+    for run in runs:
+        slots.extend(_sentences_of_run(text, run, language))
+    for before, after in zip(slots, slots[1:], strict=False):  # the invariant render's copying relies on
+        if before.end > after.start:
+            raise AssertionError(f"overlapping sentences at offset {after.start}")
+    return Segmented([s.sentence for s in slots], fmt, text, tuple(slots))
+
+
+def translate_document(text: str, fmt: str, translate: Callable[[list[str]], Sequence[str]], *,
+                       language: str = "en", max_chars: int = DEFAULT_MAX_CHARS) -> str:
+    """Translate a document: ``segment``, one call of ``translate`` for all sentences, render.
+
+    ``translate`` gets the list of sentences and must return one translation per sentence, in
+    order. It is not called when the document has no sentence (empty, whitespace, only code);
+    the document then comes back unchanged.
+    """
+    doc = segment(text, fmt, language=language, max_chars=max_chars)
+    if not doc.sentences:
+        return text
+    translations = translate(list(doc.sentences))
+    if isinstance(translations, (str, bytes)) or not isinstance(translations, Sequence):
+        raise TranslationMismatchError(
+            f"translate must return a list of str, got {type(translations).__name__}")
+    if len(translations) != len(doc.sentences):
+        raise TranslationMismatchError(
+            f"translate returned {len(translations)} translations for {len(doc.sentences)} sentences")
+    return doc.render(translations)
+
+
+# -- input checks
+
+# NUL and the C0 controls but tab, LF, VT, FF, CR; DEL; lone surrogates (binary decoded with
+# surrogateescape); the noncharacters U+FFFE/U+FFFF (a byte-swapped BOM).
+_BINARY_RE = re.compile("[\x00-\x08\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
+
+
+def _check_document(text: object, fmt: object, max_chars: int) -> None:
+    if fmt not in FORMATS:
+        raise DocumentError(f"unknown document format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    if not isinstance(text, str):
+        raise DocumentError(f"a {fmt} document must be str, got {type(text).__name__}")
+    if not isinstance(max_chars, int) or max_chars < 0:
+        raise ValueError(f"max_chars must be a non-negative int, got {max_chars!r}")
+    if len(text) > max_chars:
+        raise DocumentError(f"the {fmt} document has {len(text):,} characters, more than the "
+                            f"limit of {max_chars:,}")
+    bad = _BINARY_RE.search(text)
+    if bad is not None:
+        offset = bad.start()
+        line = text.count("\n", 0, offset) + 1
+        column = offset - (text.rfind("\n", 0, offset) + 1) + 1
+        raise DocumentError(
+            f"the {fmt} document holds the control character U+{ord(bad.group()):04X} at offset "
+            f"{offset} (line {line}, column {column}): binary data, not text")
+
+
+
+_ESCAPERS: dict[str, Callable[[str, bool], str]] = {
+    "plain": _plain_escape, "markdown": _markdown_escape, "html": _html_escape}
+
+
+
+
+_RUNS: dict[str, Callable[[str], list[list[_Piece]]]] = {
+    "plain": _plain_runs, "markdown": _markdown_runs, "html": _html_runs}
