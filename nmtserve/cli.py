@@ -158,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--document", action="store_true",
                    help="read all input (FILEs concatenated, or stdin) as ONE document and write its translation: "
                         "the server cuts it into sentences, translates them as one batch and keeps the layout")
-    p.add_argument("--format", choices=["plain", "markdown", "html"], default="plain",
+    p.add_argument("--format", choices=contract.DOCUMENT_FORMATS, default="plain",
                    help="with --document: how to read it (Markdown structure and code, HTML tags, attributes, "
                         "code/pre/script/style and translate=\"no\" are kept as written)")
     p.add_argument("--on-error", choices=["empty", "skip", "fail"], default="empty",
