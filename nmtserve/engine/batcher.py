@@ -611,7 +611,7 @@ class EnginePool:
     The runtime is shared: ONNX Runtime sessions may be run from several threads at once, and
     with one intra-op thread each call runs on its caller's thread, so two loops keep two cores
     busy without ORT's spinning worker threads (which fight the loops' Python threads for the
-    cores, see DESIGN.md). GPU runtimes use one loop (``workers=1``)."""
+    cores, see bench/RESULTS.md). GPU runtimes use one loop (``workers=1``)."""
 
     def __init__(self, runtime: StepRuntime, workers: int, max_sentences: int | None = None,
                  max_beam: int = graphs.DEFAULT_MAX_BEAM,

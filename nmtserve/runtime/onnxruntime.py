@@ -32,7 +32,7 @@ def session_options(threads: int | None = None) -> ort.SessionOptions:
     if threads:
         so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
-    # Spinning workers fight the Python thread between calls on small machines (DESIGN.md).
+    # Spinning workers fight the Python thread between calls on small machines (bench/RESULTS.md).
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return so
 

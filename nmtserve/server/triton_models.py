@@ -288,8 +288,8 @@ def cpu_layout(backend: str, workers: int = 0, threads: int = 0, cores: int | No
 
     On CPU (``inprocess``) two loops with ``cores // 2`` threads each by default: measured on 2
     cores, ONNX Runtime's intra-op workers only pay when they spin, and spinning workers fight the
-    loops' Python threads (DESIGN.md), while two single-threaded loops keep both cores busy. GPU
-    backends run one loop (one execution context); ``bls`` calls other models, one loop.
+    loops' Python threads (bench/RESULTS.md, sessions 2-3), while two single-threaded loops keep
+    both cores busy. GPU backends run one loop (one execution context); ``bls`` calls other models, one loop.
     """
     if backend != "inprocess":
         return 1, threads or None
