@@ -70,10 +70,14 @@ def demo_repository(tmp_path_factory) -> Path:
 def demo_server(demo_repository):
     from nmtserve.server.launcher import ServerConfig, TritonServer
 
-    server = TritonServer(ServerConfig.on_free_ports(demo_repository))
-    server.start()
+    running = TritonServer(ServerConfig.on_free_ports(demo_repository))
+    running.start()
     try:
-        server.wait_until_ready(120)
-        yield server
+        running.wait_until_ready(120)
+        yield running
     finally:
-        server.stop()
+        running.stop()
+
+
+# The client tests' fake-translate server (tests/client_fixtures.py), for the modules that ask for it.
+from client_fixtures import server, translator  # noqa: E402, F401
