@@ -106,3 +106,96 @@ def test_tokenize_puts_a_target_prefix_in_the_prompt(demo_checkpoint):
         tokenize_request(tok, ["one"], spec, prefixes=["un " * 200])
     with pytest.raises(InputError, match=r"TEXT\[1\] is too long"):
         tokenize_request(tok, ["one", "one " * 300], spec)
+
+
+# ---- the rest of the Triton-free checks: texts, options, limits, pairs, BLS error wording
+
+
+@pytest.mark.parametrize("array, message", [
+    (None, "input TEXT is required"),
+    (np.array([[b"a"]], dtype=np.object_), r"TEXT must be 1-D \[n\]"),
+    (np.array([], dtype=np.object_), "TEXT is empty"),
+    (np.array([b"ok", b"\xff\xfe"], dtype=np.object_), r"TEXT\[1\] is not valid UTF-8"),
+    (np.array([b"ok", b"  \t"], dtype=np.object_), r"TEXT\[1\] is empty or whitespace only"),
+    (np.array([b"ok", None], dtype=np.object_), r"TEXT\[1\] is not a string"),
+])
+def test_bad_texts_are_named(array, message):
+    from nmtserve.server.protocol import decode_texts
+
+    with pytest.raises(InputError, match=message):
+        decode_texts(array)
+
+
+def test_texts_come_back_decoded_in_order():
+    from nmtserve.server.protocol import decode_texts
+
+    assert decode_texts(np.array(["été".encode(), b"two"], dtype=np.object_)) == ["été", "two"]
+
+
+def test_absent_options_are_the_exports_defaults():
+    from nmtserve.server.protocol import parse_search_options
+
+    spec = ModelSpec(layers=2, heads=4, d_k=8, vocab=90, max_positions=64, pad_id=0, bos_id=1, eos_id=2, unk_id=3,
+                     max_target_len=40, beam_size=5, length_penalty=0.6)
+    options = parse_search_options({}, spec, 8)
+    assert options == spec.search_options()
+    assert (options.beam_size, options.length_penalty, options.max_length_for(3)) == (5, 0.6, 16)  # 2 * 3 + 10
+    given = parse_search_options({"BEAM_SIZE": np.array([2], np.int32), "MAX_LENGTH": np.array([7], np.int32),
+                                  "NUM_HYPOTHESES": np.array([2], np.int32)}, spec, 8)
+    assert (given.beam_size, given.max_length_for(30), given.num_hypotheses) == (2, 7, 2)
+
+
+@pytest.mark.parametrize("inputs, message", [
+    ({"BEAM_SIZE": np.array([9], np.int32)}, "BEAM_SIZE must be between 1 and 8"),
+    ({"BEAM_SIZE": np.array([2.0], np.float32)}, "BEAM_SIZE must be an integer"),
+    ({"NUM_HYPOTHESES": np.array([5], np.int32)}, r"NUM_HYPOTHESES must be between 1 and BEAM_SIZE \(4\)"),
+    ({"MAX_LENGTH": np.array([0], np.int32)}, "MAX_LENGTH must be between 1 and 40"),
+    ({"LENGTH_PENALTY": np.array([np.inf], np.float32)}, "LENGTH_PENALTY must be a finite number"),
+    ({"BEAM_SIZE": np.array([2, 3], np.int32)}, r"BEAM_SIZE must hold one value"),
+])
+def test_bad_options_are_named(inputs, message):
+    from nmtserve.server.protocol import parse_search_options
+
+    spec = ModelSpec(layers=2, heads=4, d_k=8, vocab=90, max_positions=64, pad_id=0, bos_id=1, eos_id=2, unk_id=3,
+                     max_target_len=40)
+    with pytest.raises(InputError, match=message):
+        parse_search_options(inputs, spec, 8)
+
+
+def test_request_limits_name_the_limit_and_zero_means_none():
+    from nmtserve.server.protocol import RequestLimits
+
+    limits = RequestLimits.from_params({"max_request_sentences": "2", "max_sentence_chars": "5"})
+    limits.check(["abc", "abcde"])
+    with pytest.raises(InputError, match="more than the 2 a request may hold"):
+        limits.check(["a", "b", "c"])
+    with pytest.raises(InputError, match=r"TEXT\[1\] is too long: 6 characters, the maximum is 5"):
+        limits.check(["a", "abcdef"])
+    RequestLimits(0, 0).check(["x" * 10_000] * 3000)
+    assert RequestLimits.from_params({}) == RequestLimits()
+
+
+def test_a_pair_is_chosen_from_what_the_request_gives():
+    from nmtserve.server.protocol import choose_pair
+
+    pairs = ("en-de", "en-fr", "de-fr")
+    assert choose_pair(pairs, "en", "fr") == "en-fr"
+    assert choose_pair(pairs, "de", None) == "de-fr"
+    with pytest.raises(InputError, match=r"ambiguous: give SOURCE_LANG and TARGET_LANG \(this server translates"):
+        choose_pair(pairs, "en", None)
+    with pytest.raises(InputError, match="no model for the language pair en-es"):
+        choose_pair(pairs, "en", "es")
+
+
+@pytest.mark.parametrize("message, status", [
+    ("in ensemble 'translate', TEXT[3] is empty or whitespace only", "INVALID_ARG"),
+    ("BEAM_SIZE must be between 1 and 8, got 9", "INVALID_ARG"),
+    ("server busy: 2048 sentences are waiting", "UNAVAILABLE"),
+    ("decoding failed: the decoding engine is shutting down", "UNAVAILABLE"),
+    ("Request for unknown model: 'generate' has no available versions", "UNAVAILABLE"),
+    ("onnxruntime: bad allocation", None),
+])
+def test_the_status_a_bls_error_message_means(message, status):
+    from nmtserve.server.protocol import status_of_message
+
+    assert status_of_message(message) == status

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -15,7 +14,7 @@ import numpy as np
 from .. import contract as c
 from .. import defaults
 from . import stub
-from .protocol import InputError
+from .protocol import InputError, choose_pair, status_of_message
 
 log = logging.getLogger("nmtserve.server")
 pb_utils = stub.pb_utils  # None outside a Triton Python-backend stub
@@ -197,26 +196,6 @@ def _language(request, name: str) -> str | None:
     return text.strip() or None
 
 
-def choose_pair(pairs: tuple[str, ...], source: str | None, target: str | None) -> str:
-    """The one pair of ``pairs`` that fits the request's languages (either may be left out)."""
-    fits = [p for p in pairs if (source is None or p.split("-")[0] == source)
-            and (target is None or p.split("-")[1] == target)]
-    if len(fits) == 1:
-        return fits[0]
-    served = ", ".join(pairs)
-    asked = f"{source or '?'}-{target or '?'}"
-    if not fits:
-        raise InputError(f"no model for the language pair {asked}: this server translates {served}")
-    raise InputError(f"the language pair {asked} is ambiguous: give {c.SOURCE_LANG} and {c.TARGET_LANG} "
-                     f"(this server translates {served})")
-
-
-# What the models' own errors say, by the contract's rules: a bad sentence is named TEXT[i], a bad
-# option by its input's name; an overloaded or stopping engine says so (engine.py).
-_INVALID_MESSAGE = re.compile(rf"{c.SENTENCE_IN_MESSAGE.pattern}|\b({'|'.join(c.OPTION_INPUTS)})\b")
-_UNAVAILABLE_MESSAGE = re.compile(r"server busy|shutting down|is not at ready state|has no available versions")
-
-
 def bls_error(error):
     """A BLS response's error with the status the client should see.
 
@@ -228,8 +207,9 @@ def bls_error(error):
     code = error.code() if hasattr(error, "code") else errors.INTERNAL
     message = error.message()
     if code == errors.INTERNAL:
-        if _INVALID_MESSAGE.search(message):
+        status = status_of_message(message)
+        if status == "INVALID_ARG":
             code = errors.INVALID_ARG
-        elif _UNAVAILABLE_MESSAGE.search(message):
+        elif status == "UNAVAILABLE":
             code = getattr(errors, "UNAVAILABLE", errors.INTERNAL)
     return errors(message, code)

@@ -5,6 +5,7 @@ what they send), free of Triton so it is unit-tested directly. The tensor names 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -267,3 +268,34 @@ def results_to_arrays(results: Sequence[Sequence[Hypothesis]], k: int, pad_id: i
             lengths[i, j] = len(toks)
             scores[i, j] = h.score
     return {c.OUT_IDS: ids, c.OUT_LEN: lengths, c.OUT_SCORE: scores}
+
+
+def choose_pair(pairs: tuple[str, ...], source: str | None, target: str | None) -> str:
+    """The one pair of ``pairs`` that fits the request's languages (either may be left out)."""
+    fits = [p for p in pairs if (source is None or p.split("-")[0] == source)
+            and (target is None or p.split("-")[1] == target)]
+    if len(fits) == 1:
+        return fits[0]
+    served = ", ".join(pairs)
+    asked = f"{source or '?'}-{target or '?'}"
+    if not fits:
+        raise InputError(f"no model for the language pair {asked}: this server translates {served}")
+    raise InputError(f"the language pair {asked} is ambiguous: give {c.SOURCE_LANG} and {c.TARGET_LANG} "
+                     f"(this server translates {served})")
+
+
+# What the models' own errors say, by the contract's rules: a bad sentence is named TEXT[i], a bad
+# option by its input's name; an overloaded or stopping engine says so (engine.py).
+_INVALID_MESSAGE = re.compile(rf"{c.SENTENCE_IN_MESSAGE.pattern}|\b({'|'.join(c.OPTION_INPUTS)})\b")
+_UNAVAILABLE_MESSAGE = re.compile(r"server busy|shutting down|is not at ready state|has no available versions")
+
+
+def status_of_message(message: str) -> str | None:
+    """The status an error message of nmtserve's models means by the contract's wording:
+    "INVALID_ARG" (a sentence named TEXT[i], or an option by its input's name), "UNAVAILABLE"
+    (overloaded, stopping, or a model not ready), None (nothing certain)."""
+    if _INVALID_MESSAGE.search(message):
+        return "INVALID_ARG"
+    if _UNAVAILABLE_MESSAGE.search(message):
+        return "UNAVAILABLE"
+    return None
