@@ -1,5 +1,7 @@
 """Deterministic synthetic English->French parallel corpus for the demo translation model.
 
+(Over 600 lines because most of it is the corpus's tables: words, numbers and their French rules.)
+
 Why synthetic: the demo model must be trainable on any machine without downloading a corpus
 (no network at run time, no licensing questions, no multi-gigabyte archives). A generator with
 a fixed seed gives the same data everywhere, so a trained model and its reported scores can be

@@ -1,5 +1,9 @@
 """In-flight batching: decoding steps of concurrent requests run as one batch.
 
+(One job, one module of ~700 lines: admission, the per-beam groups with their cache pools and
+the decode loop share the same arrays and invariants, and split apart they would pass them
+around; the search itself is ``nmtserve.decoding``.)
+
 Sentences (not requests) are the unit: a request's sentences join the running batch at the
 next step boundary as capacity allows, and each leaves the moment its search is done, so a
 short request never waits for a long one and one large request cannot block small ones for

@@ -1,5 +1,9 @@
 """Embedded CPU launcher: run the real ``tritonserver`` shipped in the nvidia-pytriton wheel.
 
+(One job in ~680 lines: the life of one server process, start, readiness, watchdog and the
+drain-then-stop shutdown; the install half is ``install.py``, ports and URLs ``ports.py``, the
+stop handshake with the models ``drain.py``.)
+
 This is what ``nmtserve serve`` runs on a machine without Docker or a GPU. It uses only the
 binary and the Python backend that the wheel ships, not PyTriton's own Python API (which wants
 to own the model repository and the model code).
