@@ -197,17 +197,8 @@ def _options(args: argparse.Namespace) -> tuple[Options, dict[str, Any]]:
         ):
             message = message.replace(param, flag)
         raise UsageError(message) from None
-    headers = {}
-    for item in getattr(args, "header", []) or []:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            raise UsageError(f"--header takes NAME=VALUE, got {item!r}")
-        headers[name.strip()] = value
     translator_args = {
-        "headers": headers or None,
-        # None: localhost on the protocol's default port; several --url: replicas.
-        "url": _urls(getattr(args, "url", None)),
-        "tls": _tls(args),
+        **connection(args),
         "protocol": args.protocol,
         "model": args.model,
         "timeout": args.timeout,
@@ -215,6 +206,20 @@ def _options(args: argparse.Namespace) -> tuple[Options, dict[str, Any]]:
         "concurrency": args.concurrency,
     }
     return options, translator_args
+
+
+def connection(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``Translator`` arguments of the connection options client commands share (``--url``,
+    repeatable or comma-separated; ``--header NAME=VALUE``; ``--tls*``); UsageError names a bad one.
+    ``nmtserve translate`` and ``nmtserve gateway`` read them through this."""
+    headers = {}
+    for item in getattr(args, "header", []) or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--header takes NAME=VALUE, got {item!r}")
+        headers[name.strip()] = value
+    # url None: localhost on the protocol's default port; several: replicas.
+    return {"url": _urls(getattr(args, "url", None)), "headers": headers or None, "tls": _tls(args)}
 
 
 def _urls(given: str | list[str] | None) -> list[str] | None:

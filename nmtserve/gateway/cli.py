@@ -17,17 +17,11 @@ LOGGER = logging.getLogger(__name__)
 
 def config_from_args(args: argparse.Namespace) -> GatewayConfig:
     """The gateway's settings from ``nmtserve gateway``'s options; ValueError names a bad one."""
-    from nmtserve.client import TLS
+    from nmtserve.client import _constants as C
+    from nmtserve.client.cli import connection
 
-    urls = [u.strip() for item in args.url or ["localhost:8001"] for u in item.split(",") if u.strip()]
-    headers = {}
-    for item in args.header:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            raise ValueError(f"--header takes NAME=VALUE, got {item!r}")
-        headers[name.strip()] = value
-    tls_files = {"ca": args.tls_ca, "cert": args.tls_cert, "key": args.tls_key, "server_name": args.tls_server_name}
-    tls: Any = TLS(**tls_files) if args.tls or any(tls_files.values()) else None
+    reach = connection(args)  # --url, --header, --tls*: as `nmtserve translate` reads them
+    urls = [u.strip() for u in reach["url"] or [C.DEFAULT_URL] if u.strip()]
     languages = [p for item in args.languages or [] for p in item.split(",") if p.strip()] or None
     detect = [c.strip() for item in args.detect_languages or [] for c in item.split(",") if c.strip()] or None
     if languages:
@@ -39,7 +33,7 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
     return GatewayConfig(
         url=urls, protocol=args.protocol, model=args.model, timeout=args.timeout,
-        concurrency=args.concurrency, headers=headers or None, tls=tls, languages=languages,
+        concurrency=args.concurrency, headers=reach["headers"], tls=reach["tls"], languages=languages,
         detect_languages=detect,
         api_keys=read_api_keys(Path(args.api_keys)) if args.api_keys else None,
         char_limit=args.char_limit, alternatives_limit=args.alternatives_limit,
@@ -57,9 +51,11 @@ def gateway_main(args: argparse.Namespace) -> int:
         print(f"nmtserve gateway: error: {exc.name} is not installed: pip install 'nmtserve[gateway]'",
               file=sys.stderr)
         return EXIT_USAGE
+    from nmtserve.client.cli import UsageError
+
     try:
         config = config_from_args(args)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, UsageError) as exc:
         print(f"nmtserve gateway: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
