@@ -53,6 +53,7 @@ from .marian import (
     _log_generation_differences,
     _read_json,
     _read_weights,
+    broken_rules,
 )
 from .transformer import Transformer, sinusoidal_positions
 
@@ -155,11 +156,7 @@ def _family_problems(family: Family, raw: Mapping[str, Any]) -> list[str]:
 
 def unsupported_options(raw: Mapping[str, Any]) -> list[str]:
     """Every option of an M2M100 / mBART ``config.json`` that nmtserve cannot reproduce (empty: importable)."""
-    out = []
-    for key, absent, supported, needs in OPTION_RULES:
-        value = raw.get(key, absent)
-        if not supported(value):
-            out.append(f"{key}={value!r}: {needs}")
+    out = broken_rules(OPTION_RULES, raw)
     family = FAMILIES.get(raw.get("model_type"))
     if family is not None:
         out += _family_problems(family, raw)

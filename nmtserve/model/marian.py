@@ -113,13 +113,19 @@ def _cross_field_problems(cfg: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def unsupported_options(raw: Mapping[str, Any]) -> list[str]:
-    """Every option of a Marian ``config.json`` that nmtserve cannot reproduce (empty: importable)."""
+def broken_rules(rules: tuple[OptionRule, ...], raw: Mapping[str, Any]) -> list[str]:
+    """``key=value: what a different value would need`` for every rule ``raw`` breaks."""
     out = []
-    for key, absent, supported, needs in OPTION_RULES:
+    for key, absent, supported, needs in rules:
         value = raw.get(key, absent)
         if not supported(value):
             out.append(f"{key}={value!r}: {needs}")
+    return out
+
+
+def unsupported_options(raw: Mapping[str, Any]) -> list[str]:
+    """Every option of a Marian ``config.json`` that nmtserve cannot reproduce (empty: importable)."""
+    out = broken_rules(OPTION_RULES, raw)
     if raw.get("model_type") == "marian":
         out += _cross_field_problems({**MARIAN_DEFAULTS, **raw})
     return out
