@@ -3,6 +3,7 @@ concurrent requests, the recording "device" arrays backend, the server's default
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -127,3 +128,19 @@ def assert_hadolint_passes(dockerfile: Path) -> None:
 def config_parameters(config: str) -> dict[str, str]:
     """A config.pbtxt's ``parameters`` entries, key -> string value."""
     return dict(re.findall(r'parameters \{ key: "([^"]+)" value: \{ string_value: "([^"]*)" \} \}', config))
+
+
+def copy_directory(src: Path, dst: Path, drop: tuple[str, ...] = ()) -> Path:
+    """The files of a checkpoint directory ``src`` in ``dst``, but those named in ``drop``."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.name not in drop:
+            shutil.copy(f, dst / f.name)
+    return dst
+
+
+def edit_config(directory: Path, **changes) -> None:
+    """Set keys of the directory's config.json."""
+    cfg = json.loads((directory / "config.json").read_text())
+    cfg.update(changes)
+    (directory / "config.json").write_text(json.dumps(cfg))

@@ -22,7 +22,6 @@ shows. ``init_std`` and the last LayerNorm are raised so that logits spread over
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +32,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
+from helpers import copy_directory, edit_config  # noqa: E402
 from transformers import (  # noqa: E402
     M2M100Config,
     M2M100ForConditionalGeneration,
@@ -102,20 +102,6 @@ def hf(tmp_path_factory):
         return cache[name]
 
     return get
-
-
-def _copy(src: Path, dst: Path, drop: tuple[str, ...] = ()) -> Path:
-    dst.mkdir(parents=True, exist_ok=True)
-    for f in src.iterdir():
-        if f.name not in drop:
-            shutil.copy(f, dst / f.name)
-    return dst
-
-
-def _edit_config(directory: Path, **changes) -> None:
-    cfg = json.loads((directory / "config.json").read_text())
-    cfg.update(changes)
-    (directory / "config.json").write_text(json.dumps(cfg))
 
 
 def _batch(model, seed: int = 0, lengths=(9, 4, 1, 13), tgt_len: int = 7):
@@ -295,7 +281,7 @@ def test_every_weight_file_form_gives_the_same_model(hf, tmp_path, name, form):
         model.save_pretrained(tmp_path, max_shard_size="40KB")
         assert (tmp_path / "model.safetensors.index.json").is_file()
     else:
-        _copy(d, tmp_path, drop=("model.safetensors",))
+        copy_directory(d, tmp_path, drop=("model.safetensors",))
         _write_bin(model, tmp_path, shards=1 if form == "bin" else 3)
     src, mask, tgt = _batch(model, seed=3)
     with torch.no_grad():
@@ -329,7 +315,7 @@ def test_imported_models_export_to_onnx_and_pass_parity(hf, tmp_path):
 # ---- generation settings and special ids ---------------------------------------------------------
 def test_generation_settings_are_recorded(hf, tmp_path):
     d, _ = hf("mbart")
-    gen_dir = _copy(d, tmp_path / "generation")
+    gen_dir = copy_directory(d, tmp_path / "generation")
     gen = json.loads((gen_dir / "generation_config.json").read_text())
     gen.update(num_beams=5, max_length=200, early_stopping=True, length_penalty=1.2, forced_bos_token_id=7)
     (gen_dir / "generation_config.json").write_text(json.dumps(gen))
@@ -337,15 +323,15 @@ def test_generation_settings_are_recorded(hf, tmp_path):
     assert settings == dict(decoder_start_token_id=2, forced_bos_token_id=7, forced_eos_token_id=2, max_length=200,
                             num_beams=5, early_stopping=True, length_penalty=1.2)
 
-    legacy = _copy(d, tmp_path / "legacy", drop=("generation_config.json",))  # transformers 4.x-era config.json
-    _edit_config(legacy, num_beams=4, max_length=128, early_stopping=True)
+    legacy = copy_directory(d, tmp_path / "legacy", drop=("generation_config.json",))  # transformers 4.x-era config.json
+    edit_config(legacy, num_beams=4, max_length=128, early_stopping=True)
     assert read_multilingual_directory(legacy).generation_settings == dict(
         decoder_start_token_id=2, forced_eos_token_id=2, max_length=128, num_beams=4, early_stopping=True)
 
 
 def test_unk_id_comes_from_the_argument_config_or_tokenizer_files(hf, tmp_path):
     d, _ = hf("m2m100")
-    directory = _copy(d, tmp_path / "unk")
+    directory = copy_directory(d, tmp_path / "unk")
     assert load_multilingual_model(directory).config.unk_id == 3  # fairseq's <unk>
     (directory / "tokenizer.json").write_text(json.dumps(
         {"added_tokens": [{"id": 1, "content": "<pad>"}, {"id": 5, "content": "<unk>"}], "model": {}}))
@@ -353,7 +339,7 @@ def test_unk_id_comes_from_the_argument_config_or_tokenizer_files(hf, tmp_path):
     (directory / "tokenizer_config.json").write_text(json.dumps(
         {"unk_token": "<unk>", "added_tokens_decoder": {"0": {"content": "<s>"}, "7": {"content": "<unk>"}}}))
     assert load_multilingual_model(directory).config.unk_id == 7
-    _edit_config(directory, unk_token_id=9)
+    edit_config(directory, unk_token_id=9)
     assert load_multilingual_model(directory).config.unk_id == 9
     assert load_multilingual_model(directory, unk_id=11).config.unk_id == 11
 
@@ -386,8 +372,8 @@ def test_published_configs_have_nothing_unsupported():
 
 def test_unsupported_options_are_all_listed(hf, tmp_path):
     d, _ = hf("mbart")
-    odd = _copy(d, tmp_path / "odd")
-    _edit_config(odd, add_bias_logits=True, decoder_attention_heads=2, decoder_ffn_dim=48,
+    odd = copy_directory(d, tmp_path / "odd")
+    edit_config(odd, add_bias_logits=True, decoder_attention_heads=2, decoder_ffn_dim=48,
                  activation_function="gelu_new", normalize_before=False, static_position_embeddings=True,
                  architectures=["MBartForCausalLM"], eos_token_id=[2, 3])
     with pytest.raises(MultilingualImportError) as err:
@@ -397,14 +383,14 @@ def test_unsupported_options_are_all_listed(hf, tmp_path):
                      "static_position_embeddings=True", "MBartForCausalLM", "eos_token_id=[2, 3]"):
         assert expected in str(err.value)
 
-    bart = _copy(d, tmp_path / "bart")
-    _edit_config(bart, model_type="bart")
+    bart = copy_directory(d, tmp_path / "bart")
+    edit_config(bart, model_type="bart")
     with pytest.raises(MultilingualImportError, match="model_type='bart'"):
         load_multilingual_model(bart)
 
     m2m, _ = hf("m2m100")
-    start_is_pad = _copy(m2m, tmp_path / "start-is-pad", drop=("generation_config.json",))
-    _edit_config(start_is_pad, decoder_start_token_id=1, layernorm_embedding=True)
+    start_is_pad = copy_directory(m2m, tmp_path / "start-is-pad", drop=("generation_config.json",))
+    edit_config(start_is_pad, decoder_start_token_id=1, layernorm_embedding=True)
     with pytest.raises(MultilingualImportError) as err:
         load_multilingual_model(start_is_pad)
     assert "decoder_start_token_id=1 is the pad id" in str(err.value)
@@ -415,7 +401,7 @@ def test_missing_surplus_and_misshaped_weights_are_named(hf, tmp_path):
     from safetensors.torch import load_file, save_file
 
     d, _ = hf("mbart")
-    broken = _copy(d, tmp_path / "mbart")
+    broken = copy_directory(d, tmp_path / "mbart")
     weights = load_file(str(broken / "model.safetensors"))
     del weights["model.encoder.layers.1.fc2.bias"]
     del weights["model.decoder.layernorm_embedding.weight"]
@@ -432,7 +418,7 @@ def test_missing_surplus_and_misshaped_weights_are_named(hf, tmp_path):
         assert expected in message
 
     m2m, _ = hf("m2m100-pad0-untied")
-    surplus = _copy(m2m, tmp_path / "m2m100")
+    surplus = copy_directory(m2m, tmp_path / "m2m100")
     weights = load_file(str(surplus / "model.safetensors"))
     del weights["lm_head.weight"]  # untied: nothing to fall back on
     weights["model.encoder.layernorm_embedding.weight"] = torch.ones(32)  # mBART's, not M2M100's

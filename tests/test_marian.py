@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -41,6 +40,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import copy_directory, edit_config
 
 transformers = pytest.importorskip("transformers")
 pytestmark = [pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses:UserWarning"),
@@ -193,20 +193,6 @@ def marian(tmp_path_factory, tokenizer_files):
     return get
 
 
-def _copy_marian(src: Path, dst: Path, drop: tuple[str, ...] = ()) -> Path:
-    dst.mkdir(parents=True, exist_ok=True)
-    for f in src.iterdir():
-        if f.name not in drop:
-            shutil.copy(f, dst / f.name)
-    return dst
-
-
-def _edit_config(directory: Path, **changes) -> None:
-    cfg = json.loads((directory / "config.json").read_text())
-    cfg.update(changes)
-    (directory / "config.json").write_text(json.dumps(cfg))
-
-
 def _teacher_forced_logits(model: MarianMTModel, tok: MarianTokenizer, pairs) -> tuple[torch.Tensor, ...]:
     batch = tok([s for s, _ in pairs], text_target=[t for _, t in pairs], padding=True, return_tensors="pt")
     labels = batch["labels"]
@@ -317,7 +303,7 @@ def test_logits_match_transformers(marian, corpus, name):
 def test_pytorch_model_bin_with_every_alias_loads_without_pickle_code(marian, corpus, tmp_path):
     """Older uploads: a torch.save'd state dict with tied aliases and the position tables."""
     d, model, tok = marian("swish-shared-tied")
-    bin_dir = _copy_marian(d, tmp_path / "bin", drop=("model.safetensors",))
+    bin_dir = copy_directory(d, tmp_path / "bin", drop=("model.safetensors",))
     state = model.state_dict()
     assert "model.encoder.embed_positions.weight" in state and "lm_head.weight" in state
     torch.save(state, bin_dir / "pytorch_model.bin")
@@ -416,16 +402,16 @@ def test_unsupported_checkpoints_fail_naming_every_problem(marian, tmp_path):
 
     d, _, _ = marian("swish-shared-tied")
 
-    bart = _copy_marian(d, tmp_path / "bart")
-    _edit_config(bart, model_type="bart", architectures=["BartForConditionalGeneration"])
+    bart = copy_directory(d, tmp_path / "bart")
+    edit_config(bart, model_type="bart", architectures=["BartForConditionalGeneration"])
     with pytest.raises(MarianImportError, match="model_type='bart'") as err:
         load_marian(bart)
     assert "BartForConditionalGeneration" in str(err.value)
     with pytest.raises(ExportError, match="'bart' is not supported"):
         export(bart, ExportOptions(repository=tmp_path / "repo"))
 
-    odd = _copy_marian(d, tmp_path / "odd")
-    _edit_config(odd, normalize_before=True, normalize_embedding=True, static_position_embeddings=False,
+    odd = copy_directory(d, tmp_path / "odd")
+    edit_config(odd, normalize_before=True, normalize_embedding=True, static_position_embeddings=False,
                  activation_function="gelu_new", decoder_attention_heads=2, decoder_ffn_dim=48)
     with pytest.raises(MarianImportError) as err:
         load_marian(odd)
@@ -436,7 +422,7 @@ def test_unsupported_checkpoints_fail_naming_every_problem(marian, tmp_path):
     with pytest.raises(ExportError, match="normalize_before=True"):
         export(odd, ExportOptions(repository=tmp_path / "repo"))
 
-    incomplete = _copy_marian(d, tmp_path / "incomplete", drop=("source.spm", "model.safetensors"))
+    incomplete = copy_directory(d, tmp_path / "incomplete", drop=("source.spm", "model.safetensors"))
     (incomplete / "target_vocab.json").write_text("{}")
     with pytest.raises(MarianImportError) as err:
         load_marian(incomplete)
@@ -448,7 +434,7 @@ def test_weights_that_do_not_fit_are_named(marian, tmp_path):
     from safetensors.torch import load_file, save_file
 
     d, _, _ = marian("relu-separate-untied-bias")
-    broken = _copy_marian(d, tmp_path / "broken")
+    broken = copy_directory(d, tmp_path / "broken")
     weights = load_file(str(broken / "model.safetensors"))
     del weights["lm_head.weight"]  # untied: nothing to fall back on
     weights["model.encoder.layers.0.extra_norm.weight"] = torch.ones(32)
