@@ -7,7 +7,10 @@ import json
 import os
 import platform
 import statistics
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -189,3 +192,19 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(fmt(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+@contextmanager
+def demo_server(repository: Path | None) -> Iterator:
+    """A running tritonserver (ready) on ``repository``, or on the demo model exported into a
+    temporary one when it is None (no parity check: the benches check the answers)."""
+    from nmtserve.export.pipeline import ExportOptions, export
+    from nmtserve.server.launcher import ServerConfig, TritonServer
+
+    with tempfile.TemporaryDirectory(prefix="nmtserve-bench-") as tmp:
+        if repository is None:
+            repository = Path(tmp) / "model_repository"
+            export(DEFAULT_CHECKPOINT, ExportOptions(repository=repository, skip_parity=True, max_target_len=128))
+        with TritonServer(ServerConfig.on_free_ports(repository)) as server:
+            server.wait_until_ready(120)
+            yield server

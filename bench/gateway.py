@@ -28,7 +28,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -39,6 +38,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     DEFAULT_CHECKPOINT,
+    demo_server,
     load_average,
     load_test_set,
     machine,
@@ -144,27 +144,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repository", type=Path, default=None, help="an exported repository (default: export the demo)")
     args = parser.parse_args(argv)
 
-    from nmtserve.export.pipeline import ExportOptions, export
-    from nmtserve.server.launcher import ServerConfig, TritonServer, free_port
+    from nmtserve.server.launcher import free_port
 
     texts, references = load_test_set(DEFAULT_CHECKPOINT, args.sentences)
-    with tempfile.TemporaryDirectory(prefix="nmtserve-gateway-bench-") as tmp:
-        repo = args.repository
-        if repo is None:
-            repo = Path(tmp) / "model_repository"
-            export(DEFAULT_CHECKPOINT, ExportOptions(repository=repo, skip_parity=True, max_target_len=128))
-        with TritonServer(ServerConfig.on_free_ports(repo)) as server:
-            server.wait_until_ready(120)
-            port = free_port()
-            gateway = subprocess.Popen([sys.executable, "-m", "nmtserve.cli", "gateway", "--url",
-                                        server.urls.grpc_address, "--port", str(port)])
-            try:
-                wait_for(port)
-                load_before = load_average()
-                result = measure(args, server.urls.grpc_address, port, gateway.pid, texts, references)
-            finally:
-                gateway.terminate()
-                gateway.wait(15)
+    with demo_server(args.repository) as server:
+        port = free_port()
+        gateway = subprocess.Popen([sys.executable, "-m", "nmtserve.cli", "gateway", "--url",
+                                    server.urls.grpc_address, "--port", str(port)])
+        try:
+            wait_for(port)
+            load_before = load_average()
+            result = measure(args, server.urls.grpc_address, port, gateway.pid, texts, references)
+        finally:
+            gateway.terminate()
+            gateway.wait(15)
     result.update(machine=machine(), load_before=load_before, load_after=load_average(), args=vars(args) | {
         "repository": str(args.repository) if args.repository else None})
     path = write_json("gateway", result)

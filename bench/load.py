@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -27,6 +26,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     DEFAULT_CHECKPOINT,
+    demo_server,
     load_average,
     machine,
     markdown_table,
@@ -145,22 +145,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repository", type=Path, default=None, help="an exported repository (default: export the demo)")
     args = parser.parse_args(argv)
 
-    from nmtserve.export.pipeline import ExportOptions, export
-    from nmtserve.server.launcher import ServerConfig, TritonServer
-
     texts = (DEFAULT_CHECKPOINT / "test.en").read_text(encoding="utf-8").splitlines()[: args.sentences]
     print(f"reference translations of {len(texts)} sentences ...", file=sys.stderr)
     references = references_for(texts)
-    with tempfile.TemporaryDirectory(prefix="nmtserve-load-") as tmp:
-        repo = args.repository
-        if repo is None:
-            repo = Path(tmp) / "model_repository"
-            export(DEFAULT_CHECKPOINT, ExportOptions(repository=repo, skip_parity=True, max_target_len=128))
-        with TritonServer(ServerConfig.on_free_ports(repo)) as server:
-            server.wait_until_ready(120)
-            load_before = load_average()
-            print(f"{args.clients} clients for {args.seconds:.0f} s ...", file=sys.stderr)
-            result = run_load(server, texts, references, args.clients, args.seconds)
+    with demo_server(args.repository) as server:
+        load_before = load_average()
+        print(f"{args.clients} clients for {args.seconds:.0f} s ...", file=sys.stderr)
+        result = run_load(server, texts, references, args.clients, args.seconds)
     summary = result.summary()
     print(markdown_table(list(summary), [list(summary.values())]))
     path = write_json("load", {"machine": machine(), "load_before": load_before, "summary": summary})
