@@ -591,7 +591,7 @@ def cpu_of(pids: set[int]) -> float:
 
 
 def measure(ctx: Context, runner: Runner, scenario: str, pass_no: int) -> None:
-    from compare import run_serving
+    from _compare_runners import run_serving
 
     s = ctx.shape
     n = {"bulk": s.bulk, "serving": s.serving, "latency": s.latency}[scenario]
@@ -843,7 +843,7 @@ def engine_table(ctx: Context, chosen: dict) -> str:
 
 
 def setup(shape: Shape, work: Path, info: dict) -> Context:
-    from compare import served_layout
+    from _compare_runners import served_layout
 
     from nmtserve.model.hf_tokenizer import MultilingualTokenizer
 
