@@ -92,7 +92,6 @@ from _common import (  # noqa: E402
     write_json,
 )
 from _compare_report import chart, finalize, has_matplotlib, tables  # noqa: E402
-
 from _compare_runners import (  # noqa: E402
     ct2_runner,
     engine_runner,
