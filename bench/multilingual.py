@@ -3,6 +3,9 @@
     python bench/multilingual.py --size 600m --workdir DIR   # the real run, the machine to itself
     python bench/multilingual.py --size small                # a dry run of the whole pipeline, ~3 min
 
+(One job in ~850 lines: the run from the model it builds to the targets' table, every part used
+once; CTranslate2's own process is ``_ct2_process.py``, the memory readings ``_memory.py``.)
+
 600m: ~30-45 min (estimated from smaller sizes: setup ~15-20 min, the passes the rest) and a
 peak of ~15-18 GB of memory in the int8 export (ONNX Runtime's quantizer on the 2.9 GB decoder
 graph); ``--workdir`` keeps the checkpoint, repositories and CT2 models and reuses every finished
@@ -81,19 +84,21 @@ import json
 import os
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+from _ct2_process import Ct2Process  # noqa: E402
+from _memory import MemorySampler, breakdown, disk_usage, hwm_mb, pss_mb, rss_mb  # noqa: E402
+
 ROOT = BENCH.parent
 
 BEAM = 4
@@ -116,54 +121,9 @@ TARGETS = {  # the issue's item 6
 # ---- the CTranslate2 worker: first, so that its process imports nothing else --------------------
 
 
-def ct2_worker(argv: list[str]) -> int:
-    """Serve ``translate_batch`` over stdin/stdout, one JSON object a line, requests in parallel.
-
-    In: ``{"id": n, "src": [[token, ...], ...]}``; out: ``{"id": n, "out": [[token, ...], ...]}``
-    (each sentence's best hypothesis, the target prefix and any end token included) or
-    ``{"id": n, "error": "..."}``. The first line out is ``{"ready": true, "load_s": ...}``."""
-    ap = argparse.ArgumentParser(prog="multilingual.py --ct2-worker")
-    ap.add_argument("model")
-    ap.add_argument("--compute-type", required=True)
-    ap.add_argument("--inter", type=int, required=True)
-    ap.add_argument("--intra", type=int, required=True)
-    ap.add_argument("--prefix", required=True)
-    args = ap.parse_args(argv)
-    import ctranslate2
-
-    started = time.perf_counter()
-    translator = ctranslate2.Translator(args.model, device="cpu", compute_type=args.compute_type,
-                                        inter_threads=args.inter, intra_threads=args.intra)
-    lock = threading.Lock()
-
-    def send(message: dict) -> None:
-        with lock:
-            sys.stdout.write(json.dumps(message) + "\n")
-            sys.stdout.flush()
-
-    def handle(message: dict) -> None:
-        try:
-            src = message["src"]
-            results = translator.translate_batch(
-                src, target_prefix=[[args.prefix]] * len(src), beam_size=BEAM, length_penalty=1.0,
-                max_decoding_length=MAX_LENGTH, min_decoding_length=0, return_end_token=True)
-            send({"id": message["id"], "out": [r.hypotheses[0] for r in results]})
-        except Exception as exc:  # noqa: BLE001 - the caller raises it
-            send({"id": message["id"], "error": f"{type(exc).__name__}: {exc}"})
-
-    send({"ready": True, "load_s": round(time.perf_counter() - started, 2), "version": ctranslate2.__version__})
-    # A thread per waiting request, as compare.py's clients call translate_batch each from its own
-    # thread: CT2 queues them to its workers.
-    with ThreadPoolExecutor(max_workers=64) as pool:
-        for line in sys.stdin:
-            pool.submit(handle, json.loads(line))
-    return 0
 
 
-if __name__ == "__main__" and sys.argv[1:2] == ["--ct2-worker"]:
-    sys.exit(ct2_worker(sys.argv[2:]))
 
-sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(ROOT / "tests"))  # multilingual_fixtures (the NLLB tokenizer files)
 
 from _common import (  # noqa: E402
@@ -320,87 +280,21 @@ def sentences(tokenizer, n: int, seed: int = SEED) -> list[str]:
     return out
 
 
-def disk_usage(path: Path) -> dict:
-    """Bytes on disk (``du``: allocated blocks) and apparent bytes of a directory, and its largest files."""
-    files = [p for p in path.rglob("*") if p.is_file() and not p.is_symlink()]
-    stats = [(p, p.stat()) for p in files]
-    largest = sorted(stats, key=lambda ps: ps[1].st_size, reverse=True)[:6]
-    return {"bytes_on_disk": sum(s.st_blocks * 512 for _, s in stats), "bytes": sum(s.st_size for _, s in stats),
-            "largest": {str(p.relative_to(path)): s.st_size for p, s in largest}}
 
 
 # ---- memory of a process tree ---------------------------------------------------------------------
 
 
-def _kb(path: str, key: str) -> int:
-    try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith(key):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
-def rss_mb(pids: set[int]) -> float:
-    return sum(_kb(f"/proc/{pid}/status", "VmRSS:") for pid in pids) / 1024
 
 
-def pss_mb(pids: set[int]) -> float:
-    return sum(_kb(f"/proc/{pid}/smaps_rollup", "Pss:") for pid in pids) / 1024
 
 
-def hwm_mb(pids: set[int]) -> float:
-    """Sum of each process's own peak RSS (VmHWM, loading included): a bound on the tree's peak."""
-    return sum(_kb(f"/proc/{pid}/status", "VmHWM:") for pid in pids) / 1024
 
 
-def breakdown(pids: set[int]) -> dict[str, int]:
-    """RSS (MB) per process, named by command (a Triton Python stub by its model)."""
-    out = {}
-    for pid in sorted(pids):
-        try:
-            name = Path(f"/proc/{pid}/comm").read_text().strip()
-            args = Path(f"/proc/{pid}/cmdline").read_text().split("\0")
-        except OSError:
-            continue
-        if name.startswith("triton_python") and len(args) > 1:
-            name = f"stub {Path(args[1]).parent.parent.name}"  # .../<model>/1/model.py
-        out[f"{name} [{pid}]"] = round(_kb(f"/proc/{pid}/status", "VmRSS:") / 1024)
-    return out
 
 
-class MemorySampler:
-    """Peak summed VmRSS (every ``interval`` s) and PSS (every 4th sample) of ``pids()`` meanwhile."""
-
-    def __init__(self, pids: Callable[[], set[int]], interval: float = 0.5):
-        self.pids, self.interval = pids, interval
-        self.rss = self.pss = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="memory-sampler", daemon=True)
-
-    def sample(self, with_pss: bool = True) -> None:
-        pids = self.pids()
-        self.rss = max(self.rss, rss_mb(pids))
-        if with_pss:
-            self.pss = max(self.pss, pss_mb(pids))
-
-    def _run(self) -> None:
-        i = 0
-        while not self._stop.wait(self.interval):
-            i += 1
-            self.sample(with_pss=i % 4 == 0)
-
-    def __enter__(self) -> MemorySampler:
-        self.sample()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sample()
 
 
 # ---- engines --------------------------------------------------------------------------------------
@@ -420,60 +314,6 @@ class Runner:
     info: dict = field(default_factory=dict)
 
 
-class Ct2Process:
-    """A ``--ct2-worker`` child: ``translate(batch)`` from any thread, answers matched by id."""
-
-    def __init__(self, model: Path, compute_type: str, inter: int, intra: int, log: Path):
-        self._log = log.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--ct2-worker", str(model), "--compute-type", compute_type,
-             "--inter", str(inter), "--intra", str(intra), "--prefix", TARGET_LANG],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1)
-        ready = self.proc.stdout.readline()  # type: ignore[union-attr]
-        if not ready:
-            raise RuntimeError(f"the CTranslate2 worker exited ({self.proc.wait()}); see {log}")
-        self.ready = json.loads(ready)
-        self._pending: dict[int, Future] = {}
-        self._lock = threading.Lock()  # the pending table
-        self._write = threading.Lock()  # stdin (apart: a full pipe must not block the reader)
-        self._next = 0
-        self._reader = threading.Thread(target=self._read, name="ct2-reader", daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:  # type: ignore[union-attr]
-            message = json.loads(line)
-            with self._lock:
-                future = self._pending.pop(message["id"])
-            if "error" in message:
-                future.set_exception(RuntimeError(message["error"]))
-            else:
-                future.set_result(message["out"])
-        with self._lock:  # the worker is gone: nobody waits forever
-            for future in self._pending.values():
-                future.set_exception(RuntimeError("the CTranslate2 worker exited"))
-            self._pending.clear()
-
-    def translate(self, src: list[list[str]]) -> list[list[str]]:
-        future: Future = Future()
-        with self._lock:
-            self._next += 1
-            request = self._next
-            self._pending[request] = future
-        with self._write:
-            self.proc.stdin.write(json.dumps({"id": request, "src": src}) + "\n")  # type: ignore[union-attr]
-            self.proc.stdin.flush()  # type: ignore[union-attr]
-        return future.result()
-
-    def close(self) -> None:
-        self.proc.stdin.close()  # type: ignore[union-attr]
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._reader.join(timeout=10)
-        self._log.close()
 
 
 @contextmanager
@@ -481,7 +321,8 @@ def ct2_runner(ctx: Context, precision: str, inter: int, intra: int) -> Iterator
     vocab = ctx.ct2_vocab
     index = {token: i for i, token in enumerate(vocab)}
     worker = Ct2Process(ctx.ct2_dirs[precision], "int8" if precision == "int8" else "float32", inter, intra,
-                        ctx.log_dir / f"ct2-multilingual-{ctx.shape.name}-{precision}.log")
+                        ctx.log_dir / f"ct2-multilingual-{ctx.shape.name}-{precision}.log",
+                        prefix=TARGET_LANG, beam=BEAM, max_length=MAX_LENGTH)
 
     def decode(batch: list[list[int]]) -> list[list[int]]:
         return [[index[t] for t in hyp] for hyp in worker.translate([[vocab[i] for i in ids] for ids in batch])]
