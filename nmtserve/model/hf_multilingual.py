@@ -54,6 +54,7 @@ from .marian import (
     _read_json,
     _read_weights,
     broken_rules,
+    place_embeddings,
 )
 from .transformer import Transformer, sinusoidal_positions
 
@@ -378,17 +379,7 @@ def multilingual_to_nmtserve(files: MultilingualFiles, *, unk_id: int | None = N
         else:
             embeddings[role] = weights[found]
             origin[EMBEDDING_TARGETS[role]] = found
-    # Tie what is equal: the same values give the same computation, and one table exports smaller.
-    share_tables = share_output = False
-    if len(embeddings) == 3:
-        enc, dec, out = embeddings["encoder"], embeddings["decoder"], embeddings["output"]
-        share_tables = enc.shape == dec.shape and torch.equal(enc, dec)
-        share_output = dec.shape == out.shape and torch.equal(dec, out)
-        state["src_embed.lut.weight"] = enc
-        if not share_tables:
-            state["tgt_embed.lut.weight"] = dec
-        if not share_output:
-            state["generator.weight"] = out
+    share_tables, share_output = place_embeddings(embeddings, state)
     vocab = int(raw["vocab_size"])
     use_bias = False
     if family.logits_bias and BIAS_KEY in weights:

@@ -321,6 +321,24 @@ def _check_positions(weights: Mapping[str, torch.Tensor], max_positions: int, d_
                 problems.append(f"{key} is not Marian's sinusoid table (learned positions are not supported)")
 
 
+def place_embeddings(embeddings: Mapping[str, torch.Tensor], state: dict[str, torch.Tensor]) -> tuple[bool, bool]:
+    """Put the encoder, decoder and output tables (``EMBEDDING_KEYS``' roles) into nmtserve's
+    ``state``, tying what is equal: the same values give the same computation, and one table
+    exports smaller. Returns (share_embeddings, tie_output) for the config; (False, False) when
+    a table is missing (already reported)."""
+    if len(embeddings) != 3:
+        return False, False
+    enc, dec, out = embeddings["encoder"], embeddings["decoder"], embeddings["output"]
+    share_tables = enc.shape == dec.shape and torch.equal(enc, dec)
+    share_output = dec.shape == out.shape and torch.equal(dec, out)
+    state["src_embed.lut.weight"] = enc
+    if not share_tables:
+        state["tgt_embed.lut.weight"] = dec
+    if not share_output:
+        state["generator.weight"] = out
+    return share_tables, share_output
+
+
 def marian_to_nmtserve(files: MarianFiles, *, renormalize_pad: bool | None = None
                        ) -> tuple[TransformerConfig, dict[str, torch.Tensor]]:
     """The nmtserve config and state dict (fp32) of a Marian directory; one error lists all problems.
@@ -364,17 +382,7 @@ def marian_to_nmtserve(files: MarianFiles, *, renormalize_pad: bool | None = Non
         bias[pad] = -math.inf
     use_bias = bool(bias.ne(0).any())
 
-    # Tie what is equal: the same values give the same computation, and one table exports smaller.
-    share_tables = share_output = False
-    if len(embeddings) == 3:
-        enc, dec, out = embeddings["encoder"], embeddings["decoder"], embeddings["output"]
-        share_tables = enc.shape == dec.shape and torch.equal(enc, dec)
-        share_output = dec.shape == out.shape and torch.equal(dec, out)
-        state["src_embed.lut.weight"] = enc
-        if not share_tables:
-            state["tgt_embed.lut.weight"] = dec
-        if not share_output:
-            state["generator.weight"] = out
+    share_tables, share_output = place_embeddings(embeddings, state)
     if use_bias:
         state["final_logits_bias"] = bias
 
