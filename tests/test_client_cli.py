@@ -319,3 +319,16 @@ def test_headers_reach_the_server_from_the_library_and_the_cli(
         assert (code, out) == (0, "two one\n")
     finally:
         server.stop()
+
+
+@pytest.mark.server
+def test_cli_a_line_that_is_not_utf8_is_one_rejected_line(server: TritonServer, tmp_path: Path) -> None:
+    """The other lines are translated, in order; the bad one is named FILE:LINE and gets an
+    empty output line (--on-error empty); exit status 2."""
+    source = tmp_path / "mixed.txt"
+    source.write_bytes(b"one two\nbad \xff\xfe bytes\nthree four\n")
+    result = subprocess.run([sys.executable, "-m", "nmtserve.cli", "translate", "--url", server.urls.grpc_address,
+                             str(source)], capture_output=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stdout.decode() == "two one\n\nfour three\n"
+    assert f"{source}:2".encode() in result.stderr and b"UTF-8" in result.stderr

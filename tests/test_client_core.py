@@ -280,3 +280,18 @@ def test_a_rejected_request_fails_the_call_without_retrying() -> None:
     with translator, pytest.raises(InvalidInputError, match=r"TEXT\[0\] bad"):
         translator.translate(mixed_lines(40))
     assert set(transport.calls.values()) == {1}
+
+
+@pytest.mark.parametrize("message, index, theirs", [
+    ("TEXT[3] is empty or whitespace only", 3, True),
+    ("TARGET_PREFIX[0] is too long: 300 tokens", None, True),
+    ("TARGET_LANG[1]: unknown language 'tlh'", None, True),
+    ("the line contains the word INVALID", None, True),
+    ("BEAM_SIZE must be between 1 and 8, got 99", None, False),
+    ("TARGET_LANG is required: this multilingual model translates into 202 languages", None, False),
+    ("SOURCE_LANG: unknown language 'xx'", None, False),
+])
+def test_a_rejection_is_a_sentences_unless_it_names_a_request_wide_input(message, index, theirs) -> None:
+    from nmtserve.client._batching import sentence_fault
+
+    assert sentence_fault(InvalidInputError(message, index=index)) is theirs

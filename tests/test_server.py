@@ -414,3 +414,18 @@ def test_target_lang_is_refused_by_a_model_of_one_language_pair(grpc):
     lang.set_data_from_numpy(np.array([b"de"], dtype=np.object_))
     with pytest.raises(InferenceServerException, match="TARGET_LANG"):
         grpc.infer("translate", [text, lang])
+
+
+def test_an_option_out_of_range_is_one_usage_error_not_one_per_line(demo_server):
+    """The server refuses BEAM_SIZE 99 for every sentence alike: the CLI says so once and stops,
+    whatever --on-error says (a line's own fault would be isolated instead)."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "nmtserve.cli", "translate", "--url",
+                             demo_server.urls.grpc_address, "--beam-size", "99"],
+                            input="one\ntwo\nthree\n", capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "BEAM_SIZE" in errors[0], result.stderr

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from . import _constants as C
 from ._base import BaseTranslator, Call, Flight
-from ._batching import Chunk, Job, failed_translation, isolate_rejected
+from ._batching import Chunk, Job, failed_translation, isolate_rejected, sentence_fault
 from ._protocol import DocumentArgs, Options, TranslateArgs, Translation
 from ._replicas import AsyncReplicaTransport
 from ._retry import Deadline
@@ -104,7 +104,7 @@ class AsyncTranslator(BaseTranslator[AsyncGenerator[list[Translation], None]]):
         try:
             return await self._perform(self._request_call(chunk, options, deadline))
         except InvalidInputError as exc:
-            if not isolate:
+            if not isolate or not sentence_fault(exc):
                 raise
             parts, merge = isolate_rejected(chunk, exc, failed_translation(options))
             return merge([await self._send(p, options, deadline, True) for p in parts])

@@ -9,6 +9,7 @@ requests, hand each response back with ``complete()``, and take the results in i
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -33,6 +34,16 @@ class Chunk:
 
 
 ON_ERROR = ("raise", "return")
+
+# An error naming one of these inputs (not one sentence's entry of it, as TARGET_LANG[2]) is the
+# whole request's: an option or a language out of range fails every sentence alike.
+_REQUEST_WIDE = re.compile(rf"\b({'|'.join([*C.OPTION_INPUT_NAMES, C.INPUT_SOURCE_LANG, C.INPUT_TARGET_LANG])})\b(?!\[)")
+
+
+def sentence_fault(error: InvalidInputError) -> bool:
+    """Whether a rejection can be a sentence's (so ``on_error="return"`` looks for it), not the
+    request's options or languages (then the call fails once, whatever ``on_error`` says)."""
+    return error.index is not None or not _REQUEST_WIDE.search(error.message)
 
 
 def isolate_rejected(

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from . import _constants as C
 from ._base import BaseTranslator, Call, Flight
-from ._batching import Chunk, Job, failed_translation, isolate_rejected
+from ._batching import Chunk, Job, failed_translation, isolate_rejected, sentence_fault
 from ._protocol import DocumentArgs, Options, TranslateArgs, Translation
 from ._replicas import ReplicaTransport
 from ._retry import Deadline
@@ -167,7 +167,7 @@ class Translator(BaseTranslator[Generator[list[Translation], None, None]]):
         try:
             return self._perform(self._request_call(chunk, options, deadline), cancelled)
         except InvalidInputError as exc:
-            if not isolate:
+            if not isolate or not sentence_fault(exc):
                 raise
             parts, merge = isolate_rejected(chunk, exc, failed_translation(options))
             return merge([self._send(p, options, deadline, cancelled, True) for p in parts])

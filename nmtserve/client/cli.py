@@ -67,12 +67,10 @@ class Lines:
     names: list[str] = field(default_factory=list)
 
     def add(self, name: str, data: bytes) -> None:
-        try:
-            # utf-8-sig: a byte-order mark (Windows editors) is not part of the first sentence.
-            text = data.decode("utf-8-sig")
-        except UnicodeDecodeError as exc:
-            line = data[: exc.start].count(b"\n") + 1
-            raise UsageError(f"{name}:{line}: not valid UTF-8 ({exc.reason})") from None
+        # utf-8-sig: a byte-order mark (Windows editors) is not part of the first sentence. A line
+        # that is not UTF-8 keeps its bytes as lone surrogates: the client rejects that line alone
+        # (named FILE:LINE, as --on-error says) and translates the others.
+        text = data.decode("utf-8-sig", errors="surrogateescape")
         lines = text.split("\n")
         if lines[-1] == "":
             lines.pop()  # the newline that ends the last line does not start another
