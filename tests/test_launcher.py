@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import urllib.request
@@ -348,3 +349,29 @@ def test_beyond_loopback_the_admin_apis_need_the_admin_key(
         assert index({ADMIN_HEADER: "s3cret"}) == 200
         with urllib.request.urlopen(f"{base}/v2/health/ready", timeout=10) as response:
             assert response.status == 200
+
+
+@pytest.mark.server
+def test_a_stopped_server_leaves_no_shared_memory_and_a_dead_launchers_leftovers_are_reaped(install, tmp_path):
+    """The Python backend's regions carry the server's name and go with it; files named after a
+    launcher that no longer runs (killed with SIGKILL) are removed by the next start."""
+    from nmtserve.server import leftovers
+
+    repository = Path(__file__).parent / "fixtures" / "echo_repository"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid that no longer runs
+    stale = [leftovers.SHM_DIR / f"{leftovers.SHM_PREFIX}{dead.pid}-1-region",
+             Path(tempfile.gettempdir()) / f"{leftovers.LOG_PREFIX}{dead.pid}-x.log",
+             Path(tempfile.gettempdir()) / f"{leftovers.DRAIN_PREFIX}{dead.pid}-x"]
+    mine = Path(tempfile.gettempdir()) / f"{leftovers.LOG_PREFIX}{os.getpid()}-kept.log"  # a live launcher's
+    for path in (*stale, mine):
+        path.write_bytes(b"")
+    server = TritonServer(ServerConfig.on_free_ports(repository, cache_dir=tmp_path / "cache"), install)
+    with server:
+        server.wait_until_ready(120)
+        assert not any(path.exists() for path in stale)
+        regions = list(leftovers.SHM_DIR.glob(f"{server._shm_prefix}*"))
+        assert regions, "the Python backend's regions carry the server's prefix"
+    assert not list(leftovers.SHM_DIR.glob(f"{server._shm_prefix}*"))
+    assert mine.exists()
+    mine.unlink()

@@ -19,7 +19,9 @@ DRAIN_ENV = "NMTSERVE_DRAIN_FILE"
 
 def new_flag() -> Path:
     """A fresh flag path (not created yet) for one server."""
-    fd, name = tempfile.mkstemp(prefix="nmtserve-drain-")
+    from .leftovers import drain_prefix
+
+    fd, name = tempfile.mkstemp(prefix=drain_prefix())
     os.close(fd)
     os.unlink(name)
     return Path(name)

@@ -49,7 +49,7 @@ __all__ = [
     "serve_forever",
 ]
 
-from . import drain
+from . import drain, leftovers
 from .install import (  # the install half (re-exported: callers import it from here too)
     ServerError,
     TritonInstall,
@@ -280,6 +280,7 @@ class TritonServer:
         self._install = install
         self._process: subprocess.Popen[bytes] | None = None
         self._log_path: Path | None = None
+        self._shm_prefix = leftovers.shm_prefix()
         self._log_handle: IO[bytes] | None = None
         self._log_thread: threading.Thread | None = None
         self._drain_file: Path | None = None
@@ -334,6 +335,8 @@ class TritonServer:
             "--disable-auto-complete-config",
             f"--exit-timeout-secs={config.exit_timeout_s}",
             f"--log-verbose={config.log_verbose}",
+            # The Python backend's shared memory carries this server's name (leftovers.py).
+            f"--backend-config=python,shm-region-prefix-name={self._shm_prefix}",
             *restricted_api_args(host),
             *config.extra_args,
         ]
@@ -345,6 +348,8 @@ class TritonServer:
         config = self.config
         self._models = check_model_repository(config.model_repository)
         check_ports_free(config)
+        leftovers.reap()  # of servers whose launcher was killed
+        self._shm_prefix = leftovers.shm_prefix()
         install = self._install = self._install or find_tritonserver()
         backend_directory = prepare_backend_directory(install, config.cache_dir)
         if _python_library_dir() is None and not _system_has_libpython():
@@ -359,7 +364,7 @@ class TritonServer:
             self._log_path = Path(config.log_file)
             self._log_path.parent.mkdir(parents=True, exist_ok=True)
         else:
-            fd, name = tempfile.mkstemp(prefix="nmtserve-tritonserver-", suffix=".log")
+            fd, name = tempfile.mkstemp(prefix=leftovers.log_prefix(), suffix=".log")
             os.close(fd)
             self._log_path = Path(name)
         self._log_handle = self._log_path.open("wb")
@@ -530,6 +535,7 @@ class TritonServer:
         self._kill_group(process)  # stubs that outlived their server, if any
         if self._drain_file is not None:
             drain.remove(self._drain_file)
+        leftovers.remove_shm(self._shm_prefix)
         if self._log_thread is not None:
             self._log_thread.join(timeout=5.0)
             self._log_thread = None
@@ -676,6 +682,8 @@ def serve_forever(config: ServerConfig, out: TextIO | None = None) -> int:
                 print(f"nmtserve: Triton is serving again (ready in {elapsed:.1f} s)", file=out, flush=True)
         print("nmtserve: stopping", file=out, flush=True)
         server.stop()
+        if config.log_file is None and server.log_path is not None:  # a clean stop: nothing to read
+            server.log_path.unlink(missing_ok=True)
         return 0
     finally:
         server.stop()
