@@ -29,7 +29,6 @@ is fairseq's, not Marian's:
 from __future__ import annotations
 
 import logging
-import pickle
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -47,13 +46,12 @@ from .marian import (
     LAYER_MODULES,
     SHARED_KEY,
     TIE_SOURCES,
-    WEIGHT_FILES,
     _cross_field_problems,
     _generation_config,
     _log_generation_differences,
     _read_json,
-    _read_weights,
     broken_rules,
+    find_weights,
     place_embeddings,
 )
 from .transformer import Transformer, sinusoidal_positions
@@ -238,15 +236,7 @@ def read_multilingual_directory(path: str | Path) -> MultilingualFiles:
     if config:
         problems += unsupported_options(config)
     family = FAMILIES.get(config.get("model_type"))
-    weights_file = next((path / n for n in WEIGHT_FILES if (path / n).is_file()), None)
-    weights: dict[str, torch.Tensor] = {}
-    if weights_file is None:
-        problems.append(f"no PyTorch weights (looked for {', '.join(WEIGHT_FILES)})")
-    elif family is not None:
-        try:
-            weights = _read_weights(weights_file)
-        except (OSError, ValueError, RuntimeError, KeyError, pickle.UnpicklingError) as exc:
-            problems.append(f"{weights_file.name}: cannot be read ({exc})")
+    weights_file, weights = find_weights(path, problems, read=family is not None)
     generation = _generation_config(path, config, problems, legacy=_LEGACY_GENERATION_KEYS)
     if problems:
         raise MultilingualImportError(_message(path, problems))

@@ -214,6 +214,21 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
     return dict(data)
 
 
+def find_weights(path: Path, problems: list[str], *, read: bool) -> tuple[Path | None, dict[str, torch.Tensor]]:
+    """The directory's weights file (``WEIGHT_FILES``, ``from_pretrained``'s order) and, when
+    ``read`` (a config of the right model type), its tensors; a problem names what is wrong."""
+    weights_file = next((path / n for n in WEIGHT_FILES if (path / n).is_file()), None)
+    weights: dict[str, torch.Tensor] = {}
+    if weights_file is None:
+        problems.append(f"no PyTorch weights (looked for {', '.join(WEIGHT_FILES)})")
+    elif read:
+        try:
+            weights = _read_weights(weights_file)
+        except (OSError, ValueError, RuntimeError, KeyError, pickle.UnpicklingError) as exc:
+            problems.append(f"{weights_file.name}: cannot be read ({exc})")
+    return weights_file, weights
+
+
 def read_marian_directory(path: str | Path) -> MarianFiles:
     """Read every file; fail once naming all that are missing, unreadable or unsupported."""
     path = Path(path)
@@ -234,15 +249,7 @@ def read_marian_directory(path: str | Path) -> MarianFiles:
     if vocab and not all(isinstance(v, int) for v in vocab.values()):
         problems.append(f"{VOCAB}: ids must be integers")
         vocab = {}
-    weights_file = next((path / n for n in WEIGHT_FILES if (path / n).is_file()), None)
-    weights: dict[str, torch.Tensor] = {}
-    if weights_file is None:
-        problems.append(f"no PyTorch weights (looked for {', '.join(WEIGHT_FILES)})")
-    elif config.get("model_type") == "marian":
-        try:
-            weights = _read_weights(weights_file)
-        except (OSError, ValueError, RuntimeError, KeyError, pickle.UnpicklingError) as exc:
-            problems.append(f"{weights_file.name}: cannot be read ({exc})")
+    weights_file, weights = find_weights(path, problems, read=config.get("model_type") == "marian")
     generation = _generation_config(path, config, problems)
     if problems:
         raise MarianImportError(f"{path}: cannot import as a Marian checkpoint:\n  - " + "\n  - ".join(problems))
