@@ -394,7 +394,7 @@ def served_ids(server, texts: list[str], batch: int) -> list[list[int]]:
             tok = client.infer("tokenize", [tensor(c.TEXT, strings(chunk), "BYTES"),
                                             tensor(c.SOURCE_LANG, strings([SOURCE_LANG]), "BYTES"),
                                             tensor(c.TARGET_LANG, strings([TARGET_LANG]), "BYTES")])
-            inputs = [tensor(t.name, tok.as_numpy(t.name), "INT32") for t in c.TOKENIZE_OUTPUTS]
+            inputs = [tensor(t.name, tok.as_numpy(t.name), "INT32") for t in (*c.SOURCE_TENSORS, *c.FORCED_TENSORS)]
             inputs += [tensor(c.BEAM_SIZE, np.array([BEAM], np.int32), "INT32"),
                        tensor(c.MAX_LENGTH, np.array([MAX_LENGTH], np.int32), "INT32")]
             gen = client.infer("generate", inputs)

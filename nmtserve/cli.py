@@ -174,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "`nmtserve languages` lists them)")
     p.add_argument("--target-prefix", metavar="TEXT", default=None,
                    help="every translation starts with TEXT (forced, then decoding continues; not with --document)")
+    p.add_argument("--no-split-sentences", action="store_true",
+                   help="send each line to the model whole; by default the server translates a line of several "
+                        "sentences sentence by sentence and joins them with the line's own spacing")
     p.set_defaults(func=_cmd_translate)
 
     for name, func, text in (("pairs", _cmd_pairs, "list the language pairs a server translates"),

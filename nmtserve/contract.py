@@ -28,6 +28,13 @@ NBEST_SCORE = "NBEST_SCORE"  # [n, k]
 # [n] optional: per sentence, text its translation must start with ("" = none); forced after the
 # target language token, returned as part of the translation (CTranslate2's target_prefix)
 TARGET_PREFIX = "TARGET_PREFIX"
+# [1] optional bool, default true: a TEXT element of several sentences is translated sentence by
+# sentence (the document path's segmenter) and put back together with its own spacing; false for
+# callers who send one sentence per element
+SPLIT_SENTENCES = "SPLIT_SENTENCES"
+# [n] int32 out: how many times TEXT[i] was cut inside a sentence to fit the model's token limit
+# (at a clause, else a word break; each piece translated alone); 0 for nearly every sentence
+CUTS = "CUTS"
 
 # -- between the ensemble's steps (and for callers of `generate` with their own ids)
 SRC_IDS = "SRC_IDS"  # [n, S] int32, padded
@@ -41,6 +48,10 @@ OUT_SCORE = "OUT_SCORE"  # [n, k] fp32
 FORCED_IDS = "FORCED_IDS"
 FORCED_LEN = "FORCED_LEN"
 PROMPT_LEN = "PROMPT_LEN"
+# How tokenize cut the TEXT elements (protocol.Pieces): PIECES [n] int32, the sentences of each
+# element, and GAPS [m + n] strings, the text around them, for detokenize to put them together
+PIECES = "PIECES"
+GAPS = "GAPS"
 
 # -- languages. A repository of several pair models (``nmtserve export --pair SRC-TGT``) serves
 # `translate` as a router to the pair's own ensemble (`translate_en_fr`, ...); a multilingual
@@ -92,23 +103,27 @@ OPTIONS = [Tensor(name, t, (1,), optional=True) for name, t in OPTION_INPUTS.ite
 LANGUAGES = [Tensor(SOURCE_LANG, "TYPE_STRING", (1,), optional=True),
              Tensor(TARGET_LANG, "TYPE_STRING", (-1,), optional=True)]
 TARGET_PREFIXES = Tensor(TARGET_PREFIX, "TYPE_STRING", (-1,), optional=True)
-TRANSLATE_INPUTS = [Tensor(TEXT, "TYPE_STRING", (-1,)), *OPTIONS, TARGET_PREFIXES]
+SPLIT = Tensor(SPLIT_SENTENCES, "TYPE_BOOL", (1,), optional=True)
+TRANSLATE_INPUTS = [Tensor(TEXT, "TYPE_STRING", (-1,)), *OPTIONS, TARGET_PREFIXES, SPLIT]
 # The pair router's and a multilingual ensemble's inputs.
 LANGUAGE_INPUTS = [*TRANSLATE_INPUTS, *LANGUAGES]
 ROUTER_INPUTS = LANGUAGE_INPUTS
 TRANSLATE_OUTPUTS = [Tensor(TRANSLATION, "TYPE_STRING", (-1,)), Tensor(SCORE, "TYPE_FP32", (-1,)),
-                     Tensor(NBEST_TRANSLATION, "TYPE_STRING", (-1, -1)), Tensor(NBEST_SCORE, "TYPE_FP32", (-1, -1))]
-TOKENIZE_INPUTS = [Tensor(TEXT, "TYPE_STRING", (-1,)), TARGET_PREFIXES]
+                     Tensor(NBEST_TRANSLATION, "TYPE_STRING", (-1, -1)), Tensor(NBEST_SCORE, "TYPE_FP32", (-1, -1)),
+                     Tensor(CUTS, "TYPE_INT32", (-1,))]
+TOKENIZE_INPUTS = [Tensor(TEXT, "TYPE_STRING", (-1,)), TARGET_PREFIXES, SPLIT]
 MULTILINGUAL_TOKENIZE_INPUTS = [*TOKENIZE_INPUTS, *LANGUAGES]
 SOURCE_TENSORS = [Tensor(SRC_IDS, "TYPE_INT32", (-1, -1)), Tensor(SRC_LEN, "TYPE_INT32", (-1,))]
 FORCED_TENSORS = [Tensor(FORCED_IDS, "TYPE_INT32", (-1, -1)), Tensor(FORCED_LEN, "TYPE_INT32", (-1,)),
                   Tensor(PROMPT_LEN, "TYPE_INT32", (-1,))]
-TOKENIZE_OUTPUTS = [*SOURCE_TENSORS, *FORCED_TENSORS]
+LAYOUT_TENSORS = [Tensor(PIECES, "TYPE_INT32", (-1,)), Tensor(GAPS, "TYPE_STRING", (-1,)), Tensor(CUTS, "TYPE_INT32", (-1,))]
+TOKENIZE_OUTPUTS = [*SOURCE_TENSORS, *FORCED_TENSORS, *LAYOUT_TENSORS]
 # A caller of `generate` with its own ids may leave the forced tokens out.
 GENERATE_INPUTS = [*SOURCE_TENSORS, *OPTIONS, *(Tensor(t.name, t.triton_type, t.dims, optional=True) for t in FORCED_TENSORS)]
 GENERATE_OUTPUTS = [Tensor(OUT_IDS, "TYPE_INT32", (-1, -1, -1)), Tensor(OUT_LEN, "TYPE_INT32", (-1, -1)),
                     Tensor(OUT_SCORE, "TYPE_FP32", (-1, -1))]
-DETOKENIZE_INPUTS = GENERATE_OUTPUTS
+# Without the layout (a caller with its own ids) each row is one element.
+DETOKENIZE_INPUTS = [*GENERATE_OUTPUTS, *(Tensor(t.name, t.triton_type, t.dims, optional=True) for t in LAYOUT_TENSORS)]
 DETOKENIZE_OUTPUTS = TRANSLATE_OUTPUTS
 # The n-best inputs and outputs make no sense for a whole document: one translation comes back.
 DOCUMENT_INPUTS = [Tensor(DOCUMENT, "TYPE_STRING", (1,)), Tensor(FORMAT, "TYPE_STRING", (1,), optional=True),

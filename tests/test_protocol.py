@@ -104,8 +104,62 @@ def test_tokenize_puts_a_target_prefix_in_the_prompt(demo_checkpoint):
     assert out[c.FORCED_LEN].tolist() == [len(prefix), 0] and out[c.PROMPT_LEN].tolist() == [len(prefix), 0]
     with pytest.raises(InputError, match=r"TARGET_PREFIX\[0\] is too long"):
         tokenize_request(tok, ["one"], spec, prefixes=["un " * 200])
-    with pytest.raises(InputError, match=r"TEXT\[1\] is too long"):
-        tokenize_request(tok, ["one", "one " * 300], spec)
+    with pytest.raises(InputError, match=r"TEXT\[1\] is too long: .* no space to cut it at"):
+        tokenize_request(tok, ["one", "one" * 300], spec)
+
+
+def _demo_spec(max_source_len: int = 256) -> ModelSpec:
+    return ModelSpec(layers=2, heads=4, d_k=8, vocab=1000, max_positions=300, pad_id=0, bos_id=1, eos_id=2,
+                     unk_id=3, max_source_len=max_source_len, max_target_len=256)
+
+
+def test_a_text_of_several_sentences_is_sent_sentence_by_sentence(demo_checkpoint):
+    from nmtserve import contract as c
+    from nmtserve.server.protocol import tokenize_request
+
+    tok = demo_checkpoint.tokenizer
+    line = "I have three red apples.  The train leaves at 7:45.\nOn the first day, we bought seven chairs."
+    out = tokenize_request(tok, ["one apple", line, "7:45"], _demo_spec(), prefixes=["", "J'ai", ""])
+    sentences = ["I have three red apples.", "The train leaves at 7:45.", "On the first day, we bought seven chairs."]
+    rows = [out[c.SRC_IDS][i, : out[c.SRC_LEN][i]].tolist() for i in range(len(out[c.SRC_LEN]))]
+    assert rows == [tok.encode(t) for t in ["one apple", *sentences, "7:45"]]
+    assert out[c.PIECES].tolist() == [1, 3, 1] and out[c.CUTS].tolist() == [0, 0, 0]
+    assert [g.decode() for g in out[c.GAPS]] == ["", "", "", "  ", "\n", "", "", ""]
+    # the prefix goes to the element's first sentence only
+    assert out[c.PROMPT_LEN].tolist()[1:4] == [len(tok.encode_target("J'ai")) - 1, 0, 0]
+    whole = tokenize_request(tok, [line], _demo_spec(), split=False)
+    assert whole[c.PIECES].tolist() == [1] and whole[c.SRC_LEN].tolist() == [len(tok.encode(line))]
+
+
+def test_a_sentence_over_the_token_limit_is_cut_at_a_clause_then_at_words(demo_checkpoint):
+    from nmtserve import contract as c
+    from nmtserve.server.protocol import cut_to_fit, tokenize_request
+
+    tok = demo_checkpoint.tokenizer
+    clauses = "On the first day, we bought seven chairs, three red apples and twelve books"
+    limit = max(len(tok.encode(part)) for part in clauses.split(", ")) + 1
+    out = tokenize_request(tok, [clauses], _demo_spec(limit))
+    assert (out[c.SRC_LEN] <= limit).all() and out[c.CUTS].tolist() == [out[c.PIECES][0] - 1] and out[c.PIECES][0] > 1
+    pieces = cut_to_fit(clauses, lambda t: len(tok.encode(t)) <= limit)
+    assert "".join(p + gap for p, gap in pieces) == clauses and pieces[0][0].endswith(",")
+    words = "one two three four five six seven eight nine ten eleven twelve"
+    pieces = cut_to_fit(words, lambda t: len(t.split()) <= 5)
+    assert [p for p, _ in pieces] == ["one two three four five", "six seven eight nine ten", "eleven twelve"]
+    assert cut_to_fit("abcdefgh", lambda t: len(t) <= 3) is None
+
+
+def test_detokenize_joins_the_pieces_with_their_gaps_and_sums_their_scores():
+    from nmtserve.server.protocol import join_pieces
+
+    texts = np.array([[b"A."], [b"B."], [b"C."], [b"D"]], dtype=np.object_)
+    scores = np.array([[-1.0], [-2.0], [-0.5], [-0.25]], dtype=np.float32)
+    gaps = np.array([b"", b"  ", b"\n", b"", b"", b""], dtype=np.object_)
+    joined, summed = join_pieces(texts, scores, np.array([3, 1], np.int32), gaps)
+    assert joined[:, 0].tolist() == [b"A.  B.\nC.", b"D"] and summed[:, 0].tolist() == [-3.5, -0.25]
+    same, _ = join_pieces(texts, scores, None, None)
+    assert same is texts
+    with pytest.raises(InputError, match="PIECES must add up to the 4 rows"):
+        join_pieces(texts, scores, np.array([2, 1], np.int32), gaps[:5])
 
 
 # ---- the rest of the Triton-free checks: texts, options, limits, pairs, BLS error wording

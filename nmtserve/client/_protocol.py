@@ -71,8 +71,13 @@ class Options:
     target_lang: str | Sequence[str] | None = None
     # Text each translation must start with (one for all, or one per input sentence; "" = none).
     target_prefix: str | Sequence[str] | None = None
+    # False: each input is one sentence, translated whole (the server otherwise translates an
+    # input of several sentences sentence by sentence and joins them with their own spacing).
+    split_sentences: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.split_sentences, bool):
+            raise InvalidInputError(f"split_sentences must be True or False, got {self.split_sentences!r}")
         for name in ("source_lang", "target_lang"):
             value = getattr(self, name)
             codes = [value] if isinstance(value, str) or value is None or name == "source_lang" else value
@@ -133,6 +138,7 @@ class TranslateArgs(_CallArgs, total=False):
     on_error: str
     target_lang: str | Sequence[str] | None
     target_prefix: str | Sequence[str] | None
+    split_sentences: bool
 
 
 def options_from(method: str, args: Mapping[str, Any], accepted: type) -> Options:
@@ -200,6 +206,8 @@ def encode_request(texts: Sequence[bytes], options: Options, indices: Sequence[i
             if len(set(values)) == 1:
                 values = values[:1]
         inputs.append((name, np.array([v.encode("utf-8") for v in values], dtype=np.object_), "BYTES"))
+    if not options.split_sentences:  # sent only when it differs from the server's default
+        inputs.append((C.INPUT_SPLIT_SENTENCES, np.array([False]), "BOOL"))
     outputs = [C.OUTPUT_TRANSLATION, C.OUTPUT_SCORE]
     if options.nbest:
         outputs += [C.OUTPUT_NBEST_TRANSLATION, C.OUTPUT_NBEST_SCORE]
@@ -224,7 +232,8 @@ def encode_document_request(text: str, fmt: str, options: Options) -> Request:
             "BYTES",
         ),
         (C.INPUT_FORMAT, np.array([fmt.encode()], dtype=np.object_), "BYTES"),
-        *sentence.inputs[1:],  # the options, encoded as for sentences
+        # the options, encoded as for sentences (a document is cut into sentences by its own rules)
+        *(i for i in sentence.inputs[1:] if i[0] != C.INPUT_SPLIT_SENTENCES),
     ]
     return Request(tuple(inputs), (C.OUTPUT_TRANSLATION, C.OUTPUT_SENTENCES))
 

@@ -87,7 +87,9 @@ class Translator(BaseTranslator[Generator[list[Translation], None, None]]):
         ``length_penalty`` (None or left out: the server's defaults), ``num_hypotheses`` (> 1
         fills each result's ``hypotheses`` with the n-best list), ``source_lang`` /
         ``target_lang`` (a server of several language pairs), ``on_error`` ("raise" or
-        "return", see the class). Raises a TranslationError subclass (see
+        "return", see the class), ``split_sentences`` (default True: an input of several
+        sentences is translated sentence by sentence and put back together with its own
+        spacing; False sends each input to the model whole). Raises a TranslationError subclass (see
         ``nmtserve.client.errors``) unless every sentence got its translation.
         """
         results = list(self.translate_iter(texts, **args))

@@ -31,6 +31,7 @@ from ..model.reference import translate
 from ..model.tokenizer import Tokenizer
 from ..model.transformer import Transformer
 from .corpus import build_splits
+from .typed import typed_examples
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,12 @@ class TrainOptions:
     train_size: int = 400_000
     valid_size: int = 500
     test_size: int = 1000
+    # Pairs as people type them (typed.py): lower case, no stop, numbers spelled otherwise or in
+    # digits, fragments. Added to the training data; a held-out set of them is written beside
+    # the checkpoint (typed.en / typed.fr) and some join the validation set.
+    typed_train_size: int = 100_000
+    typed_valid_size: int = 300
+    typed_test_size: int = 1000
     vocab_size: int = 800  # an upper bound: the corpus supports fewer pieces
     # Sized for a 2-core CPU and a ~60 minute budget (~0.4 s a step): d_model 256 trains ~2.5x
     # slower per token, and more steps of the smaller model paid more.
@@ -156,13 +163,33 @@ def _keep_better_weights(
     return {"kept": kept, "valid_exact_match_raw": raw_em, "valid_exact_match_averaged": ema_em}
 
 
+def _splits(opts: TrainOptions) -> dict[str, list[tuple[str, str]]]:
+    """The corpus splits plus the typed ones, every English source in one split only.
+
+    The tidy splits are ``build_splits``' (so the test set of earlier models stays the same);
+    the typed held-out pairs come from their own stream (seed + 1) and leave the tidy training
+    data, the typed training pairs from another (seed + 2) that skips every held-out source.
+    """
+    splits = build_splits(opts.train_size, opts.valid_size, opts.test_size, opts.seed)
+    tidy = {s for name in ("test", "valid") for s, _ in splits[name]}
+    held = typed_examples(opts.typed_test_size + opts.typed_valid_size, opts.seed + 1, exclude=tidy)
+    splits["typed-test"] = [(e.source, e.target) for e in held[: opts.typed_test_size]]
+    splits["typed-valid"] = [(e.source, e.target) for e in held[opts.typed_test_size :]]
+    held_sources = {e.source for e in held}
+    splits["train"] = [p for p in splits["train"] if p[0] not in held_sources]
+    exclude = tidy | held_sources | {s for s, _ in splits["train"]}
+    splits["typed-train"] = [(e.source, e.target) for e in typed_examples(opts.typed_train_size, opts.seed + 2, exclude=exclude)]
+    log.info("typed pairs: %d train, %d valid, %d test", len(splits["typed-train"]), len(splits["typed-valid"]), len(splits["typed-test"]))
+    return splits
+
+
 def train(opts: TrainOptions) -> Path:
     torch.manual_seed(opts.seed)
     torch.set_num_threads(opts.threads)
     rng = random.Random(opts.seed)
     started = time.monotonic()
     log.info("generating corpus: %d train / %d valid / %d test pairs", opts.train_size, opts.valid_size, opts.test_size)
-    splits = build_splits(opts.train_size, opts.valid_size, opts.test_size, opts.seed)
+    splits = _splits(opts)
     train_pairs = splits["train"]
 
     out = Path(opts.output)
@@ -178,7 +205,8 @@ def train(opts: TrainOptions) -> Path:
         start_step, history, previous_minutes = previous["steps"], previous["history"], previous["train_minutes"]
         vocab_size = config.tgt_vocab_size
     else:
-        spm_path.write_bytes(train_sentencepiece([t for p in train_pairs[:60_000] for t in p], opts.vocab_size, opts.seed))
+        vocab_texts = [t for p in splits["train"][:50_000] + splits["typed-train"][:10_000] for t in p]
+        spm_path.write_bytes(train_sentencepiece(vocab_texts, opts.vocab_size, opts.seed))
         vocab_size = spm.SentencePieceProcessor(model_file=str(spm_path)).get_piece_size()
         config = TransformerConfig(
             src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, d_model=opts.d_model, h=opts.h,
@@ -187,7 +215,7 @@ def train(opts: TrainOptions) -> Path:
         )
         tokenizer = Tokenizer.from_files(spm_path, None, config)
         model = Transformer(config)
-    encoded = [(tokenizer.encode(s), tokenizer.encode_target(t)) for s, t in train_pairs]
+    encoded = [(tokenizer.encode(s), tokenizer.encode_target(t)) for s, t in train_pairs + splits["typed-train"]]
     n_params = sum(p.numel() for p in model.parameters())
     log.info("model: %d parameters, vocabulary %d", n_params, vocab_size)
 
@@ -225,17 +253,17 @@ def train(opts: TrainOptions) -> Path:
         bar.set_postfix(loss=f"{loss_avg:.3f}", lr=f"{schedule.get_last_lr()[0]:.2e}", refresh=False)
         if step % opts.eval_every == 0:
             model.eval()
-            em, _ = _exact_match(model, tokenizer, splits["valid"][:200], beam=1)
+            em, _ = _exact_match(model, tokenizer, splits["valid"][:150] + splits["typed-valid"][:50], beam=1)
             elapsed = time.monotonic() - started
             history.append({"step": step, "loss": round(loss_avg, 4), "valid_exact_match_greedy": em, "minutes": round(elapsed / 60, 2)})
             log.info("step %d loss %.3f valid exact match (greedy) %.3f at %.1f min", step, loss_avg, em, elapsed / 60)
     bar.close()
     model.eval()
-    selection = _keep_better_weights(model, ema, tokenizer, splits["valid"])
+    selection = _keep_better_weights(model, ema, tokenizer, splits["valid"] + splits["typed-valid"])
     save_checkpoint(model, out, spm_path)
-    for name in ("test", "valid"):
-        (out / f"{name}.en").write_text("".join(s + "\n" for s, _ in splits[name]))
-        (out / f"{name}.fr").write_text("".join(t + "\n" for _, t in splits[name]))
+    for name, split in (("test", "test"), ("valid", "valid"), ("typed", "typed-test")):
+        (out / f"{name}.en").write_text("".join(s + "\n" for s, _ in splits[split]))
+        (out / f"{name}.fr").write_text("".join(t + "\n" for _, t in splits[split]))
     minutes = previous_minutes + (time.monotonic() - started) / 60
     summary = {"steps": step, "train_minutes": round(minutes, 2), "parameters": n_params, "history": history, "selection": selection, "options": {k: str(v) for k, v in asdict(opts).items()}}
     (out / "training_log.json").write_text(json.dumps(summary, indent=2) + "\n")

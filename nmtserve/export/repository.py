@@ -166,14 +166,15 @@ def _ensemble(name: str, params: dict[str, str], sfx: str = "", multilingual: bo
 
     c = contract
     tokenize_inputs = c.MULTILINGUAL_TOKENIZE_INPUTS if multilingual else c.TOKENIZE_INPUTS
-    sources = [t.name for t in c.TOKENIZE_OUTPUTS]
-    internal = {n: n.lower() for n in (*sources, c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE)}
+    sources = [t.name for t in (*c.SOURCE_TENSORS, *c.FORCED_TENSORS)]
+    layout = [t.name for t in c.LAYOUT_TENSORS]
+    internal = {n: n.lower() for n in (*sources, *layout, c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE)}
     options = {n: n for n in c.OPTION_INPUTS}
     steps = [
-        step("tokenize" + sfx, {t.name: t.name for t in tokenize_inputs}, {n: internal[n] for n in sources}),
+        step("tokenize" + sfx, {t.name: t.name for t in tokenize_inputs}, {n: internal[n] for n in (*sources, *layout)}),
         step("generate" + sfx, {**{n: internal[n] for n in sources}, **options},
              {n: internal[n] for n in (c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE)}),
-        step("detokenize" + sfx, {n: internal[n] for n in (c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE)},
+        step("detokenize" + sfx, {n: internal[n] for n in (c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE, *layout)},
              {t.name: t.name for t in c.TRANSLATE_OUTPUTS}),
     ]
     text = f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 0\n'

@@ -1,7 +1,8 @@
 """A subset of DeepL's API v2, enough for DeepL's own client libraries and the tools built on them.
 
     POST /v2/translate   text (a list; a form repeats it), target_lang, source_lang (optional:
-                         detected per text), tag_handling=html, show_billed_characters
+                         detected per text), tag_handling=html, split_sentences (0: each text
+                         whole; 1 and nonewlines: sentence by sentence), show_billed_characters
                          -> {"translations": [{"detected_source_language", "text"(, "billed_characters")}]}
     GET|POST /v2/languages?type=source|target   [{"language", "name"(, "supports_formality")}]
 
@@ -124,7 +125,11 @@ def routes(service: Service) -> list[Route]:
         for i, s in enumerate(sources):
             groups[s].append(i)
         html = tag_handling == "html"
-        done = await asyncio.gather(*(service.translate([texts[i] for i in positions], s, target, html=html)
+        split = params.get("split_sentences") or "1"
+        if split not in ("0", "1", "nonewlines"):
+            raise BadRequest(f"Value for 'split_sentences' not supported: {split!r} (0, 1 or nonewlines).")
+        done = await asyncio.gather(*(service.translate([texts[i] for i in positions], s, target, html=html,
+                                                        split=split != "0")
                                       for s, positions in groups.items()))
         out: list[str] = [""] * len(texts)
         for positions, translated in zip(groups.values(), done, strict=True):

@@ -143,17 +143,21 @@ class Service:
     # -- translating
 
     async def translate(
-        self, texts: Sequence[str], source: str, target: str, *, html: bool = False, alternatives: int = 0
+        self, texts: Sequence[str], source: str, target: str, *, html: bool = False, alternatives: int = 0,
+        split: bool = True,
     ) -> list[Translated]:
         """Each text's translation (and up to ``alternatives`` other hypotheses, for a
-        one-sentence plain text), in order; the pair must be served (checked by the caller)."""
+        one-sentence plain text), in order; the pair must be served (checked by the caller).
+        ``split=False`` (DeepL's ``split_sentences=0``) sends each plain text to the model whole."""
         route = (await self.catalog()).route(source, target)
-        one = [not html and is_one_sentence(t) for t in texts]
+        one = [not html and (not split or is_one_sentence(t)) for t in texts]
         sentences = [i for i in range(len(texts)) if one[i]]
         documents = [i for i in range(len(texts)) if not one[i]]
         jobs: list[Awaitable[Any]] = []
         if sentences:
-            nbest = {"num_hypotheses": alternatives + 1} if alternatives else {}
+            nbest: dict[str, Any] = {"num_hypotheses": alternatives + 1} if alternatives else {}
+            if not split:
+                nbest["split_sentences"] = False
             named = sentences if len(texts) > 1 else None
             jobs.append(self._sentences([texts[i].strip() for i in sentences], named, route, nbest))
         fmt = "html" if html else "plain"

@@ -98,7 +98,8 @@ class DocumentModel(_FrontDoor):
     def _sentences(self, sentences: list[str], start: int, options: dict) -> list[str]:
         """One BLS request to the translate ensemble; its error keeps its status code, with the
         sentence named by its place in the document instead of in the request."""
-        inputs = [pb_utils.Tensor(c.TEXT, np.array([s.encode("utf-8") for s in sentences], dtype=np.object_))]
+        inputs = [pb_utils.Tensor(c.TEXT, np.array([s.encode("utf-8") for s in sentences], dtype=np.object_)),
+                  pb_utils.Tensor(c.SPLIT_SENTENCES, np.array([False]))]  # cut already, by the document's rules
         inputs += [pb_utils.Tensor(name, value) for name, value in options.items()]
         response = pb_utils.InferenceRequest(model_name=self.translate_model, requested_output_names=[c.TRANSLATION],
                                              inputs=inputs).exec()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -187,30 +187,130 @@ def parse_languages(source: np.ndarray | None, target: np.ndarray | None, n: int
     return Languages(one(c.SOURCE_LANG, sources[0]), out)
 
 
+@dataclass
+class Pieces:
+    """What ``tokenize`` sends to the model for a request's TEXT: its sentences ("pieces"), and
+    how to put their translations back together (``detokenize``).
+
+    ``counts[i]`` pieces come from TEXT[i]; ``gaps`` holds ``counts[i] + 1`` strings per element,
+    the text before its first piece, between its pieces and after its last, so its translation is
+    ``gaps[0] + t[0] + gaps[1] + ... + t[-1] + gaps[-1]``. ``owners[j]`` is the element of piece j
+    and ``cut[i]`` how many times TEXT[i] had to be cut inside a sentence to fit the model's
+    token limit."""
+
+    texts: list[str] = field(default_factory=list)
+    owners: list[int] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    gaps: list[str] = field(default_factory=list)
+    cut: list[int] = field(default_factory=list)
+
+    def add(self, owner: int, sentences: Sequence[str], gaps: Sequence[str], cut: int = 0) -> None:
+        self.texts += sentences
+        self.owners += [owner] * len(sentences)
+        self.counts.append(len(sentences))
+        self.gaps += gaps
+        self.cut.append(cut)
+
+
+def sentences_of(text: str, language: str = "en") -> tuple[list[str], list[str]]:
+    """``text`` cut into its sentences by the segmenter of the document path (``sentencex``):
+    (sentences, the ``len(sentences) + 1`` gaps around them). A text of one sentence (or none
+    that the segmenter finds: "7:45") comes back whole with empty gaps; the whitespace before
+    the first and after the last sentence is dropped, as the model drops it."""
+    from ..documents import DocumentError, segment
+
+    try:
+        doc = segment(text, "plain", language=language, max_chars=max(len(text), 1))
+    except (DocumentError, ValueError):  # control characters: the model gets the text as it is
+        return [text], ["", ""]
+    if len(doc.sentences) < 2:
+        return [text], ["", ""]
+    spans = doc.spans
+    gaps = [text[: spans[0][0]].lstrip()]
+    gaps += [text[end:start] for (_, end), (start, _) in zip(spans, spans[1:], strict=False)]
+    gaps.append(text[spans[-1][1]:].rstrip())
+    return list(doc.sentences), gaps
+
+
+# A sentence over the token limit is cut after a clause's punctuation, else between words.
+_CLAUSE_BREAK = re.compile(r"(?<=[,;:])\s+")
+_WORD_BREAK = re.compile(r"\s+")
+
+
+def cut_to_fit(text: str, fits) -> list[tuple[str, str]] | None:
+    """``text`` as [(piece, the whitespace after it)], each piece ``fits``: cut at the last clause
+    break (", ", "; ", ": ") that keeps the piece within the limit, else at the last word break;
+    None when a single word does not fit."""
+    out = []
+    while not fits(text):
+        best = None
+        for pattern in (_CLAUSE_BREAK, _WORD_BREAK):
+            for m in pattern.finditer(text):
+                if m.start() == 0:
+                    continue
+                if not fits(text[: m.start()]):
+                    break
+                best = m
+            if best is not None:
+                break
+        if best is None:
+            return None
+        out.append((text[: best.start()], best.group()))
+        text = text[best.end():]
+    out.append((text, ""))
+    return out
+
+
 def tokenize_request(tokenizer, texts: Sequence[str], spec: ModelSpec, *, prefixes: Sequence[str] | None = None,
-                     languages: Languages | None = None) -> dict[str, np.ndarray]:
+                     languages: Languages | None = None, split: bool = True,
+                     segment_language: str = "en") -> dict[str, np.ndarray]:
     """``tokenize``'s outputs for checked texts: the sources (``[lang] X </s>`` for a multilingual
-    model, ``X </s>`` otherwise) and the tokens forced after the decoder start.
+    model, ``X </s>`` otherwise), the tokens forced after the decoder start, and the layout
+    (PIECES, GAPS) that puts each text's translation back together.
+
+    With ``split`` a text of several sentences is translated sentence by sentence
+    (``sentences_of``). A sentence over the export's max_source_len is cut at a clause or word
+    break (``cut_to_fit``) and its pieces translated one by one (CUT counts the cuts); only a
+    single word over the limit is refused. A target prefix goes to a text's first sentence.
 
     A multilingual model forces the target language token as transformers' ``forced_bos_token_id``
     does (a generated token); with a target prefix the language token and the prefix are a decoder
     prompt, as ``generate(decoder_input_ids=[start, lang, *prefix])``."""
-    ids, forced, prompts = [], [], []
+    if languages is not None:
+        def encode(text: str) -> list[int]:
+            return tokenizer.encode(text, languages.source)
+    else:
+        encode = tokenizer.encode
+    pieces = Pieces()
+    ids: list[list[int]] = []
     for i, text in enumerate(texts):
-        if languages is not None:
-            encoded = tokenizer.encode(text, languages.source)
-        else:
-            encoded = tokenizer.encode(text)
-        if len(encoded) > spec.max_source_len:
-            raise InputError(f"{c.sentence(i)} is too long: {len(encoded)} tokens, the maximum is {spec.max_source_len}")
-        ids.append(encoded)
-        prefix = prefixes[i] if prefixes else ""
-        tokens = _prefix_ids(tokenizer, prefix, languages.targets[i] if languages else None) if prefix.strip() else []
+        sentences, gaps = sentences_of(text, segment_language) if split else ([text], ["", ""])
+        kept, kept_gaps, cuts = [], [gaps[0]], 0
+        for sentence, gap in zip(sentences, gaps[1:], strict=True):
+            encoded = encode(sentence)
+            if len(encoded) <= spec.max_source_len:
+                parts = [(sentence, "")]
+            else:
+                parts = cut_to_fit(sentence, lambda t: len(encode(t)) <= spec.max_source_len)
+                if parts is None:
+                    raise InputError(f"{c.sentence(i)} is too long: {len(encoded)} tokens, the maximum is "
+                                     f"{spec.max_source_len}, and it has no space to cut it at")
+                cuts += len(parts) - 1
+            for k, (part, space) in enumerate(parts):
+                kept.append(part)
+                kept_gaps.append(space if k < len(parts) - 1 else gap)
+                ids.append(encoded if len(parts) == 1 else encode(part))
+        pieces.add(i, kept, kept_gaps, cuts)
+    forced, prompts = [], []
+    for j, owner in enumerate(pieces.owners):
+        is_first = j == 0 or pieces.owners[j - 1] != owner
+        prefix = prefixes[owner] if prefixes and is_first else ""
+        tokens = _prefix_ids(tokenizer, prefix, languages.targets[owner] if languages else None) if prefix.strip() else []
         if len(tokens) >= spec.max_target_len // 2:
-            raise InputError(f"{c.TARGET_PREFIX}[{i}] is too long: {len(tokens)} tokens, the maximum is "
+            raise InputError(f"{c.TARGET_PREFIX}[{owner}] is too long: {len(tokens)} tokens, the maximum is "
                              f"{spec.max_target_len // 2 - 1}")
         if languages is not None:
-            tokens = [tokenizer.languages[languages.targets[i]], *tokens]
+            tokens = [tokenizer.languages[languages.targets[owner]], *tokens]
         forced.append(tokens)
         prompts.append(len(tokens) if prefix.strip() else 0)
     return {
@@ -219,7 +319,49 @@ def tokenize_request(tokenizer, texts: Sequence[str], spec: ModelSpec, *, prefix
         c.FORCED_IDS: pad_batch([f or [spec.pad_id] for f in forced], spec.pad_id, np.int32),
         c.FORCED_LEN: np.array([len(f) for f in forced], dtype=np.int32),
         c.PROMPT_LEN: np.array(prompts, dtype=np.int32),
+        c.PIECES: np.array(pieces.counts, dtype=np.int32),
+        c.GAPS: np.array([g.encode("utf-8") for g in pieces.gaps], dtype=np.object_),
+        c.CUTS: np.array(pieces.cut, dtype=np.int32),
     }
+
+
+def parse_split(value: np.ndarray | None) -> bool:
+    """SPLIT_SENTENCES [1] (bool; default true)."""
+    if value is None or value.size == 0:
+        return True
+    if value.size != 1 or value.dtype.kind not in "biu":
+        raise InputError(f"{c.SPLIT_SENTENCES} must hold one boolean, got shape {list(value.shape)} of {value.dtype}")
+    return bool(value.reshape(-1)[0])
+
+
+def join_pieces(texts: np.ndarray, scores: np.ndarray, counts: np.ndarray | None,
+                gaps: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per TEXT element, its pieces' translations [m, k] joined with their gaps and their scores
+    summed: ([n, k] object, [n, k] float32). Without a layout (a caller of ``detokenize`` with its
+    own ids) each row is one element."""
+    m, k = texts.shape
+    if counts is None and gaps is None:
+        return texts, scores.astype(np.float32)
+    if counts is None or gaps is None or counts.ndim != 1 or gaps.ndim != 1 or counts.dtype.kind not in "iu":
+        raise InputError(f"{c.PIECES} [n] and {c.GAPS} [m + n] go together")
+    if counts.min(initial=1) < 1 or int(counts.sum()) != m or gaps.size != m + counts.size:
+        raise InputError(f"{c.PIECES} must add up to the {m} rows and {c.GAPS} hold {m} + {counts.size} strings")
+    spaces = [g.decode("utf-8") if isinstance(g, bytes) else str(g) for g in gaps]
+    n = counts.size
+    out = np.empty((n, k), dtype=np.object_)
+    summed = np.zeros((n, k), dtype=np.float32)
+    row = gap = 0
+    for i, count in enumerate(counts.tolist()):
+        for j in range(k):
+            parts = [spaces[gap]]
+            for r in range(count):
+                piece = texts[row + r, j]
+                parts += [piece.decode("utf-8") if isinstance(piece, bytes) else str(piece), spaces[gap + r + 1]]
+            out[i, j] = "".join(parts).encode("utf-8")
+        summed[i] = scores[row: row + count].sum(axis=0)
+        row += count
+        gap += count + 1
+    return out, summed
 
 
 def _prefix_ids(tokenizer, text: str, language: str | None) -> list[int]:

@@ -31,10 +31,12 @@ from .protocol import (
     InputError,
     decode_strings,
     decode_texts,
+    join_pieces,
     parse_languages,
     parse_prefixes,
     parse_search_options,
     parse_sources,
+    parse_split,
     results_to_arrays,
     tokenize_request,
 )
@@ -59,14 +61,17 @@ def queue_limits(params: dict):
 
 
 class TokenizeModel:
-    """TEXT [n] (UTF-8 bytes) -> SRC_IDS [n, S] int32 (padded), SRC_LEN [n] int32.
+    """TEXT [n] (UTF-8 bytes) -> SRC_IDS [m, S] int32 (padded), SRC_LEN [m] int32, the forced
+    tokens, and the layout (PIECES [n], GAPS, CUTS [n]) of the m sentences the n elements hold
+    (``protocol.tokenize_request``: several sentences in an element are translated one by one
+    unless SPLIT_SENTENCES is false; a sentence over the export's max_source_len is cut).
 
-    Refuses (INVALID_ARG) a request of more than ``max_request_sentences`` sentences and a
-    sentence of more than ``max_sentence_chars`` characters before tokenizing anything
-    (parameters; defaults in protocol.RequestLimits), and a sentence of more tokens than the
-    export's max_source_len."""
+    Refuses (INVALID_ARG) a request of more than ``max_request_sentences`` elements and an
+    element of more than ``max_sentence_chars`` characters before tokenizing anything
+    (parameters; defaults in protocol.RequestLimits), and a single word over max_source_len."""
 
     def initialize(self, args: dict) -> None:
+        from ..languages import describe
         from ..model.tokenizer import load_tokenizer
         from ..runtime.spec import SPEC_FILE, ModelSpec
         from .protocol import RequestLimits
@@ -76,6 +81,8 @@ class TokenizeModel:
         self.spec = ModelSpec.load(folder / SPEC_FILE)
         self.tokenizer = load_tokenizer(folder, self.spec)
         self.codes = list(getattr(self.tokenizer, "languages", None) or ())  # a multilingual model's
+        # The segmenter's rules follow the source language (ISO 639-1 where there is one).
+        self.iso = {lang.code: lang.iso for lang in describe(self.codes)} if self.codes else {}
         self.limits = RequestLimits.from_params(params)
 
     def execute(self, requests: list) -> list:
@@ -86,18 +93,26 @@ class TokenizeModel:
             texts = decode_texts(stub.input_array(request, c.TEXT))
             self.limits.check(texts)
             prefixes = decode_strings(c.TARGET_PREFIX, stub.input_array(request, c.TARGET_PREFIX), len(texts), per_sentence=True)
-            languages = None
+            split = parse_split(stub.input_array(request, c.SPLIT_SENTENCES))
+            languages, segment_language = None, "en"
             if self.codes:
                 languages = parse_languages(stub.input_array(request, c.SOURCE_LANG), stub.input_array(request, c.TARGET_LANG),
                                             len(texts), self.codes)
-            arrays = tokenize_request(self.tokenizer, texts, self.spec, prefixes=prefixes, languages=languages)
+                segment_language = self.iso.get(languages.source, "en")
+            arrays = tokenize_request(self.tokenizer, texts, self.spec, prefixes=prefixes, languages=languages,
+                                      split=split, segment_language=segment_language)
+            if arrays[c.CUTS].any():
+                log.warning("cut %s to fit the model's limit of %d tokens", ", ".join(
+                    f"{c.sentence(i)} {n} time(s)" for i, n in enumerate(arrays[c.CUTS].tolist()) if n), self.spec.max_source_len)
         except InputError as exc:
             return pb_utils.InferenceResponse(error=stub.error(str(exc)))
         return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, a) for n, a in arrays.items()])
 
 
 class DetokenizeModel:
-    """OUT_IDS [n, k, T], OUT_LEN [n, k], OUT_SCORE [n, k] -> TRANSLATION, SCORE, NBEST_*."""
+    """OUT_IDS [m, k, T], OUT_LEN [m, k], OUT_SCORE [m, k] (+ tokenize's PIECES, GAPS, CUTS) ->
+    TRANSLATION, SCORE, NBEST_* [n], CUTS [n]: the m sentences' translations put back into the n
+    TEXT elements they came from (protocol.join_pieces)."""
 
     def initialize(self, args: dict) -> None:
         from ..model.tokenizer import load_tokenizer
@@ -117,16 +132,26 @@ class DetokenizeModel:
                 out.append(pb_utils.InferenceResponse(error=stub.error(
                     "OUT_IDS [n, k, T], OUT_LEN [n, k] (0..T) and OUT_SCORE [n, k] are required")))
                 continue
-            n, k = lengths.shape
-            texts = np.empty((n, k), dtype=np.object_)
-            for i in range(n):
+            m, k = lengths.shape
+            texts = np.empty((m, k), dtype=np.object_)
+            for i in range(m):
                 for j in range(k):
                     texts[i, j] = self.tokenizer.decode(ids[i, j, : int(lengths[i, j])].tolist()).encode("utf-8")
+            counts = stub.input_array(request, c.PIECES)
+            try:
+                texts, scores = join_pieces(texts, scores, counts, stub.input_array(request, c.GAPS))
+            except InputError as exc:
+                out.append(pb_utils.InferenceResponse(error=stub.error(str(exc))))
+                continue
+            cuts = stub.input_array(request, c.CUTS)
+            if cuts is None or cuts.shape != (texts.shape[0],):
+                cuts = np.zeros(texts.shape[0], dtype=np.int32)
             out.append(pb_utils.InferenceResponse(output_tensors=[
                 pb_utils.Tensor(c.TRANSLATION, texts[:, 0].copy()),
-                pb_utils.Tensor(c.SCORE, scores[:, 0].astype(np.float32)),
+                pb_utils.Tensor(c.SCORE, scores[:, 0].copy()),
                 pb_utils.Tensor(c.NBEST_TRANSLATION, texts),
-                pb_utils.Tensor(c.NBEST_SCORE, scores.astype(np.float32)),
+                pb_utils.Tensor(c.NBEST_SCORE, scores),
+                pb_utils.Tensor(c.CUTS, cuts.astype(np.int32)),
             ]))
         return out
 
