@@ -86,6 +86,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ._core import _CODE as _CODE_KIND
+from ._core import _OPEN as _OPEN_KIND
 from ._core import (
     DEFAULT_MAX_CHARS,
     FORMATS,
@@ -126,6 +128,20 @@ class Segmented:
     fmt: str
     _text: str = field(repr=False, compare=False)
     _slots: tuple[_Slot, ...] = field(repr=False, compare=False)
+
+    def without_markup(self) -> list[str]:
+        """``sentences`` with their own placeholders taken out (the text between a pair's markers
+        stays): what a model that does not carry placeholders is given. Rendering its
+        translations drops the inline formatting and appends each atomic span (code, image) at
+        the end of its sentence; the text is the sentence's own translation."""
+        out = []
+        for slot in self._slots:
+            sentence = slot.sentence
+            for code in slot.codes:
+                mark = {_CODE_KIND: f"<x{code.number}/>", _OPEN_KIND: f"<g{code.number}>"}.get(code.kind, f"</g{code.number}>")
+                sentence = sentence.replace(mark, " ", 1)
+            out.append(" ".join(sentence.split()))
+        return out
 
     @property
     def spans(self) -> list[tuple[int, int]]:

@@ -21,7 +21,7 @@ from ..decoding.search import SearchOptions
 from ..model.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from ..runtime.onnxruntime import OnnxModel
 from ..runtime.spec import SPEC_FILE, ModelSpec, graph_sha256
-from . import quality
+from . import markup, quality
 from .lint import lint_file
 from .onnx_export import EXTERNAL_DATA_BYTES, dims_of, export_decoder, export_encoder, graph_files
 from .parity import ParityReport, check_parity
@@ -95,6 +95,8 @@ class ExportReport:
     quality: dict = field(default_factory=dict)  # what the repository's quality.json holds
     lint: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # Whether the model carries inline placeholders (measured on the gate set; none: not measured).
+    markup: markup.MarkupProbe = field(default_factory=lambda: markup.MarkupProbe(0, 0))
 
     def summary(self) -> str:
         stages = ", ".join(f"{k} {v:.1f}s" for k, v in self.seconds.items())
@@ -108,6 +110,7 @@ class ExportReport:
         for name, q in self.quality.items():
             if name != "fp32":
                 lines.append(quality.QualityReport(**{k: v for k, v in q.items() if k in _REPORT_FIELDS}).summary())
+        lines.append(self.markup.summary())
         return "\n".join(lines + self.notes)
 
 
@@ -314,8 +317,12 @@ def _quality_gate(gate: quality.GateSet, ckpt: Checkpoint, spec: ModelSpec, opts
     options = spec.search_options()
     fp32 = OnnxModel(artifacts["encoder.onnx"], artifacts["decoder.onnx"], spec)
     report.quality["fp32"] = quality.baseline(gate, fp32, ckpt.tokenizer, options, opts.max_batch)
-    del fp32
     stage("fp32 gate decode", t)
+    t = time.monotonic()
+    report.markup = markup.probe(gate, fp32, ckpt.tokenizer, options, opts.max_batch)
+    repo_opts = dataclasses.replace(repo_opts, inline_markup=report.markup.mode)
+    del fp32
+    stage("markup probe", t)
     if opts.precision == "int8":
         t = time.monotonic()
         keep = parse_keep(opts.int8_keep_fp32)

@@ -55,6 +55,9 @@ class DocumentModel(_FrontDoor):
         self.chunk = int(params.get("max_request_sentences", defaults.MAX_REQUEST_SENTENCES)) or defaults.MAX_REQUEST_SENTENCES
         # "1": `translate_model` is the pair router, which takes SOURCE_LANG/TARGET_LANG.
         self.routed = params.get("routed", "0") == "1"
+        # "drop": the export measured that the model does not carry inline placeholders
+        # (nmtserve.export.markup), so sentences go without them; "keep" (and older exports): with.
+        self.inline_markup = params.get("inline_markup", "keep")
 
     def execute(self, requests: list) -> None:
         for request in requests:
@@ -78,9 +81,10 @@ class DocumentModel(_FrontDoor):
 
         try:
             document = segment(text, fmt, max_chars=self.max_chars) if self.max_chars else segment(text, fmt)
+            sentences = document.without_markup() if self.inline_markup == "drop" else document.sentences
             translations: list[str] = []
-            for start in range(0, len(document.sentences), self.chunk):
-                translations += self._sentences(document.sentences[start:start + self.chunk], start, options)
+            for start in range(0, len(sentences), self.chunk):
+                translations += self._sentences(sentences[start:start + self.chunk], start, options)
             out = document.render(translations).encode("utf-8")
             response = pb_utils.InferenceResponse(output_tensors=[
                 pb_utils.Tensor(c.TRANSLATION, np.array([out], dtype=np.object_)),
