@@ -1,0 +1,187 @@
+"""The README's examples are tests: each command, curl and Python block runs against the served
+demo model and answers what the README shows under it.
+
+Every fenced block of the README is accounted for: run here (``RUN``), or named with the test
+that runs it or why it cannot run in CI (``ELSEWHERE``). A new block that is neither fails
+``test_every_readme_block_is_run_or_accounted_for``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+
+# First line of a block -> what runs it, where not here.
+ELSEWHERE = {
+    "bash scripts/demo.sh": "test_demo_script_serves_and_translates_as_expected (below)",
+    "checkpoint ──nmtserve export──>": "a diagram",
+    "nmtserve export models/en-fr --repository model_repository --pair en-fr": "tests/test_pairs.py (two pairs served; "
+                                                                             "opus-mt-en-de cannot be downloaded in CI)",
+    "nmtserve export ./nllb-200-distilled-600M": "tests/test_multilingual.py (a tiny NLLB-200; the 600M checkpoint "
+                                                 "cannot be downloaded in CI)",
+    'with Translator("localhost:8001") as t:': "tests/test_multilingual.py (languages(), per-sentence targets, prefixes)",
+    "nmtserve serve --model-repository model_repository --gateway-port 5000": "tests/test_gateway_parts.py",
+    "curl -s localhost:5000/translate": "tests/test_gateway.py::test_the_readme_curl_examples_answer_as_shown",
+    "import deepl": "tests/test_gateway.py::test_the_official_clients_of_both_apis",
+    "nmtserve export CHECKPOINT_DIR --repository": "every served test exports through the CLI (conftest.demo_repository)",
+    "nmtserve export CHECKPOINT_DIR --precision int8": "tests/test_quality.py",
+    "bash scripts/bench.sh": "a benchmark of ~15 minutes (bench/, not a test)",
+    "docker build -f docker/Dockerfile.cpu": "tests/test_kubernetes.py (kustomize build; no Docker engine in CI)",
+    "nmtserve export models/en-fr-numbers --repository model_repository --target gpu": "tests/test_gpu_deploy.py "
+                                                                                       "(compose validated; no GPU)",
+    "docker compose run --rm triton nmtserve gpu-check": "tests/test_gpucheck.py (no GPU in CI)",
+    "nmtserve export path/to/checkpoint --repository model_repository --target gpu": "tests/test_gpu_deploy.py",
+}
+RUN = (
+    "curl -s localhost:8000/v2/models/translate/infer",
+    "from nmtserve.client import Translator",
+    "nmtserve translate --url localhost:8001 < input.txt",
+    "curl -s localhost:8000/v2/models/translate_document/infer",
+    'with Translator("localhost:8001") as tr:',
+    "nmtserve translate --url localhost:8001 --document --format markdown README.md",
+)
+
+
+def blocks() -> list[str]:
+    text = README.read_text(encoding="utf-8")
+    return [textwrap_dedent(b) for b in re.findall(r"^ *```\w*\n(.*?)^ *```", text, re.MULTILINE | re.DOTALL)]
+
+
+def textwrap_dedent(block: str) -> str:
+    import textwrap
+
+    return textwrap.dedent(block).strip("\n")
+
+
+def block(first_line: str) -> str:
+    found = [b for b in blocks() if b.startswith(first_line)]
+    assert len(found) == 1, f"the README has {len(found)} blocks starting {first_line!r}"
+    return found[0]
+
+
+def test_every_readme_block_is_run_or_accounted_for():
+    for b in blocks():
+        head = b.splitlines()[0]
+        assert any(head.startswith(k) for k in (*RUN, *ELSEWHERE)), f"a README block nobody runs: {head!r}"
+    for key in (*RUN, *ELSEWHERE):
+        assert any(b.startswith(key) for b in blocks()), f"no README block starts {key!r} any more"
+
+
+def _shown_outputs(code: str) -> list[tuple[str, list[str]]]:
+    """(a curl command, the TRANSLATION the README shows under it)."""
+    lines = code.replace("\\\n", " ").splitlines()
+    out, command = [], None
+    for line in lines:
+        if line.startswith("curl "):
+            command = line
+        elif line.startswith("# TRANSLATION: "):
+            assert command, line
+            out.append((command, json.loads(line.removeprefix("# TRANSLATION: "))))
+            command = None
+        elif command is not None:
+            command += "\n" + line
+    return out
+
+
+def _environment(server) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def _here(code: str, server) -> str:
+    http = server.urls.http_address.removeprefix("http://")
+    return code.replace("localhost:8000", http).replace("localhost:8001", server.urls.grpc_address)
+
+
+def _run(command: str, cwd: Path, server, timeout: float = 120) -> subprocess.CompletedProcess:
+    done = subprocess.run(["bash", "-c", _here(command, server)], capture_output=True, text=True, cwd=cwd,
+                          timeout=timeout, env=_environment(server))
+    assert done.returncode == 0, f"{command}\n{done.stderr}"
+    return done
+
+
+pytestmark = pytest.mark.server
+
+
+@pytest.mark.parametrize("first_line", ["curl -s localhost:8000/v2/models/translate/infer",
+                                        "curl -s localhost:8000/v2/models/translate_document/infer"])
+def test_the_curl_examples_answer_what_the_readme_shows(demo_server, tmp_path, first_line):
+    examples = _shown_outputs(block(first_line))
+    assert examples, f"the README shows no output under {first_line}"
+    for command, shown in examples:
+        answer = json.loads(_run(command, tmp_path, demo_server).stdout)
+        outputs = {o["name"]: o["data"] for o in answer["outputs"]}
+        assert outputs["TRANSLATION"] == shown, command
+
+
+def _example_files(directory: Path) -> None:
+    shutil.copy(ROOT / "examples" / "sentences.en", directory / "input.txt")
+    shutil.copy(README, directory / "README.md")
+    (directory / "page.html").write_text('<h1 class="t">the first day</h1><p translate="no">Acme Inc.</p>',
+                                         encoding="utf-8")
+
+
+def _comment_after(code: str, marker: str) -> str:
+    line = next(line for line in code.splitlines() if marker in line)
+    return line.split("# ", 1)[1].strip()
+
+
+def test_the_client_examples_print_what_the_readme_says(demo_server, tmp_path):
+    _example_files(tmp_path)
+    code = block("from nmtserve.client import Translator")
+    out = subprocess.run([sys.executable, "-c", _here(code, demo_server)], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120, env=_environment(demo_server))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == _comment_after(code, "print(tr.translate(")
+    references = (ROOT / "examples" / "sentences.fr").read_text(encoding="utf-8").splitlines()
+    assert [line.rsplit(" ", 1)[0] for line in lines[1:]] == references
+    assert all(float(line.rsplit(" ", 1)[1]) <= 0 for line in lines[1:])
+
+    page = block('with Translator("localhost:8001") as tr:')
+    out = subprocess.run([sys.executable, "-c", "from nmtserve.client import Translator\n" + _here(page, demo_server)],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120, env=_environment(demo_server))
+    assert out.returncode == 0, out.stderr
+    documents = _shown_outputs(block("curl -s localhost:8000/v2/models/translate_document/infer"))
+    assert out.stdout.rstrip("\n") == documents[2][1][0]  # the HTML example's translation
+
+
+def test_the_cli_examples_write_what_the_readme_says(demo_server, tmp_path):
+    _example_files(tmp_path)
+    _run(block("nmtserve translate --url localhost:8001 < input.txt").split("#")[0], tmp_path, demo_server)
+    assert (tmp_path / "output.txt").read_text(encoding="utf-8") == (ROOT / "examples" / "sentences.fr").read_text(
+        encoding="utf-8")
+    done = _run(block("nmtserve translate --url localhost:8001 --document --format markdown README.md"), tmp_path,
+                demo_server, timeout=600)
+    french = (tmp_path / "README.fr.md").read_text(encoding="utf-8")
+    english = README.read_text(encoding="utf-8")
+    # The README itself translates: every fenced block and table row count stays, code is untouched.
+    assert french.count("```") == english.count("```") and french.count("\n|") == english.count("\n|")
+    assert block("curl -s localhost:5000/translate") in french
+    assert "error" not in done.stderr.lower(), done.stderr
+
+
+@pytest.mark.slow
+def test_demo_script_serves_and_translates_as_expected(tmp_path):
+    from nmtserve.server.launcher import free_port
+
+    env = dict(os.environ)
+    env.update(HTTP_PORT=str(free_port()), GRPC_PORT=str(free_port()), METRICS_PORT=str(free_port()),
+               GATEWAY_PORT=str(free_port()))
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "demo.sh")], capture_output=True, text=True, timeout=900,
+                          env=env, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    expected = len((ROOT / "examples" / "sentences.en").read_text(encoding="utf-8").splitlines())
+    assert f"{expected}/{expected} as expected" in done.stdout
