@@ -73,24 +73,26 @@ def kept(marked_translation: str, plain_translation: str) -> bool:
 
 
 def probe(gate: quality.GateSet, runtime, tokenizer, options, max_sentences: int | None = None) -> MarkupProbe:
-    """Translate up to ``PROBE_SENTENCES`` of the gate set with one word marked; ``gate.fp32``
-    (filled by ``quality.baseline``) holds the plain translations."""
-    if gate.fp32 is None:
-        raise ValueError("the gate set's fp32 translations are needed first (quality.baseline)")
+    """Translate up to ``PROBE_SENTENCES`` of the gate set as they are and with one word marked
+    (the plain translations are ``gate.fp32`` where ``quality.baseline`` filled it)."""
     chosen = [(i, m) for i, s in enumerate(gate.sources) if (m := mark(s)) is not None][:PROBE_SENTENCES]
     if not chosen:
         return MarkupProbe(0, 0)
-    marked = quality.GateSet([m for _, m in chosen], None, "markup probe",
-                             source_lang=gate.source_lang, target_lang=gate.target_lang)
-    tokens, _ = quality.translate(runtime, tokenizer, marked, options, max_sentences)
-    translations = [tokenizer.decode(t) for t in tokens]
+    texts = [m for _, m in chosen]
+    if gate.fp32 is None:
+        texts += [gate.sources[i] for i, _ in chosen]
+    both = quality.GateSet(texts, None, "markup probe", source_lang=gate.source_lang, target_lang=gate.target_lang)
+    tokens, _ = quality.translate(runtime, tokenizer, both, options, max_sentences)
+    decoded = [tokenizer.decode(t) for t in tokens]
+    translations = decoded[: len(chosen)]
+    plain = gate.fp32 if gate.fp32 is not None else dict(zip((i for i, _ in chosen), decoded[len(chosen):], strict=True))
     failed: list[tuple[str, str, str]] = []
     ok = 0
     for (i, source), translation in zip(chosen, translations, strict=True):
-        if kept(translation, gate.fp32[i]):
+        if kept(translation, plain[i]):
             ok += 1
         elif len(failed) < 3:
-            failed.append((source, translation, gate.fp32[i]))
+            failed.append((source, translation, plain[i]))
     result = MarkupProbe(len(chosen), ok, tuple(failed))
     log.info("%s", result.summary())
     return result

@@ -259,6 +259,15 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
 
         if gate is not None:
             spec, repo_opts = _quality_gate(gate, ckpt, spec, opts, tmp, artifacts, report, repo_opts, stage)
+        else:  # the markup probe needs held-out sentences of its own
+            held = _held_out(ckpt, opts, 2 * markup.PROBE_SENTENCES, strict=False)
+            if held is not None:
+                t = time.monotonic()
+                fp32 = OnnxModel(artifacts["encoder.onnx"], artifacts["decoder.onnx"], spec)
+                report.markup = markup.probe(held, fp32, ckpt.tokenizer, spec.search_options(), opts.max_batch)
+                repo_opts = dataclasses.replace(repo_opts, inline_markup=report.markup.mode)
+                del fp32
+                stage("markup probe", t)
 
         t = time.monotonic()
         write_repository(opts.repository, d, artifacts, repo_opts)
@@ -283,22 +292,31 @@ def _gate_set(ckpt: Checkpoint, opts: ExportOptions) -> quality.GateSet | None:
     start against the fp32 translations shipped in the repository)."""
     if opts.precision != "int8" and opts.target != "gpu":
         return None
-    try:
-        if opts.gate_source is not None:
-            gate = quality.read_gate_set(opts.gate_source, opts.gate_reference, opts.gate_sentences)
-        else:
-            gate = quality.checkpoint_gate_set(ckpt.path, opts.gate_sentences)
-    except quality.GateError as exc:
-        raise ExportError(f"quality gate: {exc}") from exc
+    gate = _held_out(ckpt, opts, opts.gate_sentences, strict=True)
     if gate is None and opts.precision == "int8":
         raise ExportError(
             f"quality gate: {ckpt.path} has no held-out test.en / test.<tgt> pair to check int8 against fp32 on; "
             "give the sentences with --gate-source FILE (and their translations with --gate-reference FILE)")
+    return gate
+
+
+def _held_out(ckpt: Checkpoint, opts: ExportOptions, limit: int, strict: bool) -> quality.GateSet | None:
+    """The user's --gate-source or the checkpoint's held-out test set, with a multilingual model's
+    languages resolved; None when there is none (or, not ``strict``, when its languages are not given)."""
+    try:
+        if opts.gate_source is not None:
+            gate = quality.read_gate_set(opts.gate_source, opts.gate_reference, limit)
+        else:
+            gate = quality.checkpoint_gate_set(ckpt.path, limit)
+    except quality.GateError as exc:
+        raise ExportError(f"quality gate: {exc}") from exc
     codes = list(getattr(ckpt.tokenizer, "languages", None) or ())
     if gate is not None and codes:
         from ..languages import LanguageError, resolve  # noqa: PLC0415
 
         if not (opts.gate_source_lang and opts.gate_target_lang):
+            if not strict:
+                return None
             raise ExportError("quality gate: a multilingual model translates the gate set between two of its "
                               f"{len(codes)} languages: give --gate-source-lang and --gate-target-lang")
         try:

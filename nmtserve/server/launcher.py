@@ -49,7 +49,7 @@ __all__ = [
     "serve_forever",
 ]
 
-from . import drain, leftovers
+from . import connections, drain, leftovers
 from .install import (  # the install half (re-exported: callers import it from here too)
     ServerError,
     TritonInstall,
@@ -285,6 +285,7 @@ class TritonServer:
         self._log_thread: threading.Thread | None = None
         self._drain_file: Path | None = None
         self._models: list[str] = []  # what Triton loads (check_model_repository, at start)
+        self.stop_notes: list[str] = []  # what the last stop did, for the console
 
     # -- properties
 
@@ -512,12 +513,22 @@ class TritonServer:
             LOGGER.info("stopping tritonserver (pid %d)", process.pid)
             deadline = time.monotonic() + timeout
             # Every `generate` (one per language pair: generate_en_fr, ...) watches the drain file.
+            started = time.monotonic()
+            self.stop_notes = []
             if self._drain_file is not None and any(self.config.model_repository.glob("generate*/config.pbtxt")):
                 self._drain_file.touch()
-                self._wait_drained(time.monotonic() + DRAIN_SECONDS)
+                drained = self._wait_drained(time.monotonic() + DRAIN_SECONDS)
+                self.stop_notes.append("generate answered what it held" if drained
+                                       else f"generate did not confirm its drain in {DRAIN_SECONDS:g} s")
+            # Idle keep-alive clients would hold Triton's HTTP shutdown for the whole exit timeout.
+            closed = self._close_client_connections()
             waiting = {f"successfully unloaded '{m}'" for m in self._models}
             log_at = self._log_path.stat().st_size if self._log_path and self._log_path.exists() else 0
             process.send_signal(signal.SIGINT)
+            time.sleep(0.05)
+            closed += self._close_client_connections()  # opened since, before Triton stopped accepting
+            if closed:
+                self.stop_notes.append(f"closed {closed} idle client connection(s) (HTTP keep-alive, metrics)")
             unloaded = False
             while process.poll() is None and time.monotonic() < deadline:
                 log_at = self._unloads_seen(waiting, log_at)
@@ -532,6 +543,8 @@ class TritonServer:
             process.wait()
             if unloaded:
                 process.returncode = 0
+                self.stop_notes.append("every model unloaded")
+            self.stop_notes.append(f"stopped in {time.monotonic() - started:.1f} s")
         self._kill_group(process)  # stubs that outlived their server, if any
         if self._drain_file is not None:
             drain.remove(self._drain_file)
@@ -574,10 +587,22 @@ class TritonServer:
             process.wait()
         self.stop()
 
-    def _wait_drained(self, until: float) -> None:
-        """Until ``generate`` says it answered everything it held (or ``until``)."""
+    def _wait_drained(self, until: float) -> bool:
+        """Until ``generate`` says it answered everything it held (or ``until``); whether it did."""
         assert self._drain_file is not None
-        drain.wait_acknowledged(self._drain_file, until)
+        return drain.wait_acknowledged(self._drain_file, until)
+
+    def _close_client_connections(self) -> int:
+        """End the clients' open connections to the HTTP and metrics ports (server/connections.py)."""
+        if self._process is None or self._process.poll() is not None:
+            return 0
+        closed, why = connections.close_client_connections(
+            self._process.pid, (self.config.http_port, self.config.metrics_port))
+        if why and why not in self.stop_notes:
+            LOGGER.warning("could not close idle client connections (%s): Triton waits up to %d s for them",
+                           why, self.config.exit_timeout_s)
+            self.stop_notes.append(f"could not close idle client connections ({why})")
+        return closed
 
     def _unloads_seen(self, waiting: set[str], position: int) -> int:
         """Drop from ``waiting`` the unload lines the log gained since ``position`` (complete lines
@@ -682,6 +707,7 @@ def serve_forever(config: ServerConfig, out: TextIO | None = None) -> int:
                 print(f"nmtserve: Triton is serving again (ready in {elapsed:.1f} s)", file=out, flush=True)
         print("nmtserve: stopping", file=out, flush=True)
         server.stop()
+        print(f"nmtserve: {'; '.join(server.stop_notes)}", file=out, flush=True)
         if config.log_file is None and server.log_path is not None:  # a clean stop: nothing to read
             server.log_path.unlink(missing_ok=True)
         return 0

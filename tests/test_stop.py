@@ -1,0 +1,115 @@
+"""`nmtserve serve` stops in time with clients connected, each way a person or a supervisor stops it.
+
+Held open while the stop comes: an idle HTTP keep-alive connection (``tritonclient.http``, as a
+load balancer or dashboard holds one), an idle gRPC channel, a metrics scraper's keep-alive
+connection, and requests in flight. Each must end with exit status 0 in under 2 s, without
+Triton's "Exit timeout expired", every in-flight request answered (its translation or a
+retryable UNAVAILABLE), and the console saying what the stop did.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import requests
+
+from nmtserve import contract as c
+from nmtserve.server.ports import free_ports
+
+pytestmark = pytest.mark.server
+
+WAYS = {
+    "SIGTERM to serve": lambda proc: proc.send_signal(signal.SIGTERM),
+    "SIGINT to the group (Ctrl+C)": lambda proc: os.killpg(proc.pid, signal.SIGINT),
+    "SIGTERM to the group (systemd)": lambda proc: os.killpg(proc.pid, signal.SIGTERM),
+}
+STOP_SECONDS = 2.0
+SENTENCE = "On Tuesday, March 5, 2024, we bought seven hundred seventy-seven red chairs."
+
+
+def _serve(repository, tmp_path):
+    http, grpc, metrics = free_ports(3)
+    log = (tmp_path / f"serve-{http}.out").open("w+")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nmtserve.cli", "serve", "--model-repository", str(repository), "--http-port", str(http),
+         "--grpc-port", str(grpc), "--metrics-port", str(metrics)],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, text=True)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if requests.get(f"http://127.0.0.1:{http}/v2/health/ready", timeout=1).status_code == 200:
+                return proc, log, (http, grpc, metrics)
+        except requests.ConnectionError:
+            pass
+        assert proc.poll() is None and time.monotonic() < deadline, log.read()
+        time.sleep(0.2)
+
+
+def _text_input(module, texts):
+    tensor = module.InferInput(c.TEXT, [len(texts)], "BYTES")
+    tensor.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=np.object_))
+    return tensor
+
+
+@pytest.mark.parametrize("way", list(WAYS))
+def test_stop_in_time_with_idle_and_busy_clients(demo_repository, tmp_path, way):
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    proc, log, (http, grpc, metrics) = _serve(demo_repository, tmp_path)
+    try:
+        idle_http = httpclient.InferenceServerClient(f"127.0.0.1:{http}")
+        assert idle_http.infer(c.DEFAULT_MODEL, [_text_input(httpclient, ["the first day"])]).as_numpy(c.TRANSLATION)[0]
+        idle_grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc}")
+        assert idle_grpc.infer(c.DEFAULT_MODEL, [_text_input(grpcclient, ["the first day"])]).as_numpy(c.TRANSLATION)[0]
+        scraper = requests.Session()
+        assert scraper.get(f"http://127.0.0.1:{metrics}/metrics", timeout=5).status_code == 200
+
+        outcomes: list[str] = []
+
+        def busy() -> None:  # requests in flight when the stop comes, one after another
+            client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc}")
+            while True:
+                try:
+                    result = client.infer(c.DEFAULT_MODEL, [_text_input(grpcclient, [SENTENCE] * 16)])
+                    outcomes.append("translated" if all(result.as_numpy(c.TRANSLATION)) else "empty")
+                except Exception as exc:  # the stop: UNAVAILABLE, or the server gone
+                    text = str(exc)
+                    outcomes.append("unavailable" if "UNAVAILABLE" in text.upper() or "unavailable" in text
+                                    or "Socket closed" in text or "failed to connect" in text.lower()
+                                    else f"error: {text}")
+                    return
+
+        workers = [threading.Thread(target=busy) for _ in range(3)]
+        for w in workers:
+            w.start()
+        time.sleep(1.0)
+        started = time.monotonic()
+        WAYS[way](proc)
+        code = proc.wait(timeout=30)
+        took = time.monotonic() - started
+        for w in workers:
+            w.join(timeout=30)
+        log.seek(0)
+        output = log.read()
+        print(f"{way}: stopped in {took:.2f} s, exit {code}; in flight: {outcomes}")
+        assert code == 0, output[-3000:]
+        assert took < STOP_SECONDS, f"{way}: {took:.2f} s\n{output[-3000:]}"
+        assert "Exit timeout expired" not in output and "failed to stop server" not in output, output[-3000:]
+        assert outcomes and all(o in ("translated", "unavailable") for o in outcomes), outcomes
+        assert "closed" in output and "every model unloaded" in output, output[-2000:]
+        idle_http.close()
+        idle_grpc.close()
+        scraper.close()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
