@@ -11,7 +11,24 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest
 
+from nmtserve.server import leftovers
+
 ROOT = Path(__file__).resolve().parents[1]
+# What servers had left on the machine before this session (issue 27: the session must add nothing).
+_LEFTOVERS_BEFORE = set(leftovers.present())
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Count what the session's servers left behind (shared memory, temporary logs, drain flags):
+    a stopped server must leave nothing, and one that failed keeps only its log for the report."""
+    left = {path: owner for path, owner in leftovers.present().items()
+            if path not in _LEFTOVERS_BEFORE and (owner == os.getpid() or not leftovers.is_alive(owner))}
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"server leftovers of this session: {len(left)}"
+                            + "".join(f"\n  {p}" for p in sorted(left)[:20]))
+    if any(not p.name.endswith(".log") for p in left):  # shared memory or a drain flag: never
+        session.exitstatus = 1
 DEMO = ROOT / "models" / "en-fr-numbers"
 
 

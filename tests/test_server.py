@@ -269,7 +269,7 @@ def test_concurrent_one_sentence_requests_decode_in_one_batch(demo_server, refer
     assert 0 <= _metric(demo_server, "nmtserve_batch_occupancy") <= 1
 
 
-def test_stop_under_load_is_prompt_and_answers_in_flight_requests_unavailable(demo_repository, reference):
+def test_stop_under_load_is_prompt_and_answers_in_flight_requests_unavailable(demo_repository, reference, tmp_path):
     """Stop while 24 clients keep requests in flight: the server is gone in ~1.4 s (measured;
     asserted < 5 s), without Triton's exit-timeout error; every request got either its own
     translation or a retryable UNAVAILABLE-class error, nothing else."""
@@ -279,7 +279,7 @@ def test_stop_under_load_is_prompt_and_answers_in_flight_requests_unavailable(de
     from nmtserve.server.launcher import ServerConfig, TritonServer
 
     texts, want, _ = reference
-    server = TritonServer(ServerConfig.on_free_ports(demo_repository))
+    server = TritonServer(ServerConfig.on_free_ports(demo_repository, log_file=tmp_path / "triton.log"))
     server.start()
     outcomes: list[str] = []
     stop = threading.Event()

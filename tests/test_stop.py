@@ -105,6 +105,10 @@ def test_stop_in_time_with_idle_and_busy_clients(demo_repository, tmp_path, way)
         assert "Exit timeout expired" not in output and "failed to stop server" not in output, output[-3000:]
         assert outcomes and all(o in ("translated", "unavailable") for o in outcomes), outcomes
         assert "closed" in output and "every model unloaded" in output, output[-2000:]
+        from nmtserve.server import leftovers
+
+        left = [path for path, owner in leftovers.present().items() if owner == proc.pid]
+        assert not left, f"{way} left {left}"
         idle_http.close()
         idle_grpc.close()
         scraper.close()

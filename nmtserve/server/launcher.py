@@ -557,6 +557,10 @@ class TritonServer:
         if self._log_handle is not None:
             self._log_handle.close()
             self._log_handle = None
+            # A clean stop leaves nothing to read: the temporary log goes with its server (a log
+            # the caller named stays, and so does one after a failure, for the report).
+            if self.config.log_file is None and process.returncode == 0 and self._log_path is not None:
+                self._log_path.unlink(missing_ok=True)
         return process.returncode
 
     def stub_processes(self) -> dict[int, str]:
@@ -708,8 +712,6 @@ def serve_forever(config: ServerConfig, out: TextIO | None = None) -> int:
         print("nmtserve: stopping", file=out, flush=True)
         server.stop()
         print(f"nmtserve: {'; '.join(server.stop_notes)}", file=out, flush=True)
-        if config.log_file is None and server.log_path is not None:  # a clean stop: nothing to read
-            server.log_path.unlink(missing_ok=True)
         return 0
     finally:
         server.stop()

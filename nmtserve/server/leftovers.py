@@ -53,7 +53,7 @@ def remove_shm(prefix: str) -> int:
     return removed
 
 
-def _alive(pid: int) -> bool:
+def is_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -63,22 +63,32 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def reap() -> list[Path]:
-    """Remove what launchers that no longer run left behind; the paths removed."""
-    removed = []
+def present() -> dict[Path, int]:
+    """Every server leftover on the machine (shared memory, temporary logs, drain flags) -> the
+    pid of the launcher that made it."""
+    found = {}
     for folder in (SHM_DIR, Path(tempfile.gettempdir())):
         if not folder.is_dir():
             continue
         for path in folder.iterdir():
             prefix = next((p for p in _PREFIXES if path.name.startswith(p)), None)
             owner = _OWNER.match(path.name[len(prefix):]) if prefix else None
-            if owner is None or _alive(int(owner.group(1))):
-                continue
-            try:
-                path.unlink()
-            except OSError:
-                continue
-            removed.append(path)
+            if owner is not None:
+                found[path] = int(owner.group(1))
+    return found
+
+
+def reap() -> list[Path]:
+    """Remove what launchers that no longer run left behind; the paths removed."""
+    removed = []
+    for path, owner in present().items():
+        if is_alive(owner):
+            continue
+        try:
+            path.unlink()
+        except OSError:
+            continue
+        removed.append(path)
     if removed:
         LOGGER.info("removed %d files left by stopped servers (shared memory, logs, drain flags)", len(removed))
     return removed
