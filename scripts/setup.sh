@@ -16,8 +16,10 @@ want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "==> installing nmtserve[$extras] (first run: a few minutes)" >&2
   python -m pip install -q --upgrade pip
-  # The CPU build of torch; a bare `torch` requirement would pull a multi-GB CUDA build.
-  python -m pip install -q "torch==2.13.0"
+  # The CPU build of torch on every machine (PyPI's plain torch is the CUDA build, several GB):
+  # scripts/torch-cpu-args.sh picks the source. Serving itself never needs torch.
+  mapfile -t torch_args < <(PYTHON=python bash scripts/torch-cpu-args.sh)
+  python -m pip install -q "${torch_args[@]}"
   python -m pip install -q -e ".[$extras]"
   echo "$want" > "$stamp"
 fi
