@@ -60,6 +60,10 @@ GAPS = "GAPS"
 SOURCE_LANG = "SOURCE_LANG"  # [1] optional: source language code ("en", "fra_Latn")
 TARGET_LANG = "TARGET_LANG"  # [1] or [n] (multilingual models: one per sentence) optional: target language code
 PAIRS_PARAMETER = "pairs"  # the router's config parameter: "en-fr,de-fr"
+# A one-model ensemble's config parameter: the pair its checkpoint names ("en-fr"; "unknown" for
+# a side it does not name), for listing only: such an ensemble takes no language inputs.
+PAIR_PARAMETER = "pair"
+UNKNOWN_LANGUAGE = "unknown"
 LANGUAGES_PARAMETER = "languages"  # a multilingual ensemble's config parameter: its model codes, "eng_Latn,fra_Latn"
 PAIR_PATTERN = r"[A-Za-z][A-Za-z0-9]{0,7}(?:_[A-Za-z0-9]{1,8})?"  # one side: "en", "pt_BR"
 

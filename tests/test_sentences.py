@@ -85,3 +85,21 @@ def test_a_single_word_over_the_limit_is_refused_by_name(demo_server):
         with pytest.raises(InvalidInputError, match=r"too long: .* no space to cut it at") as caught:
             client.translate(["I have three red apples.", "seven" * 200])
     assert caught.value.index == 1
+
+
+def test_a_one_model_server_lists_its_pair(demo_server, tmp_path):
+    """`nmtserve pairs` and Translator.pairs() on a repository of one model: the pair its checkpoint
+    names (the demo's test.en / test.fr), printed with exit status 0."""
+    import subprocess
+    import sys
+
+    from nmtserve.export.pipeline import named_pair
+
+    with Translator(demo_server.urls.grpc_address) as client:
+        assert client.pairs() == ["en-fr"]
+        assert client.languages() == []  # it takes no language inputs
+    done = subprocess.run([sys.executable, "-m", "nmtserve.cli", "pairs", "--url", demo_server.urls.grpc_address],
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "en-fr\n", "")
+    (tmp_path / "tokenizer_config.json").write_text('{"source_lang": "de"}')
+    assert named_pair(tmp_path) == "de-unknown"

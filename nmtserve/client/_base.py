@@ -273,7 +273,9 @@ class BaseTranslator(Generic[Batches]):
         return [p for p in str(value).split(",") if p]
 
     def _pairs_from(self, config: Mapping[str, object]) -> list[str]:
-        return self._listed(config, C.PAIRS_PARAMETER)
+        """A repository of pairs' pairs, or the one model's pair ("unknown" for a side its
+        checkpoint does not name); [] for a multilingual model (see languages())."""
+        return self._listed(config, C.PAIRS_PARAMETER) or self._listed(config, C.PAIR_PARAMETER)
 
     def _languages_from(self, config: Mapping[str, object]) -> list[Language]:
         """A multilingual model's languages (each into every other), or those of a repository of
@@ -281,7 +283,7 @@ class BaseTranslator(Generic[Batches]):
         codes = self._listed(config, C.LANGUAGES_PARAMETER)
         if codes:
             return [replace(lang, targets=tuple(c for c in codes if c != lang.code)) for lang in describe(codes)]
-        pairs = [p.split("-", 1) for p in self._pairs_from(config)]
+        pairs = [p.split("-", 1) for p in self._listed(config, C.PAIRS_PARAMETER)]
         sides = list(dict.fromkeys(code for pair in pairs for code in pair))
         return [replace(lang, targets=tuple(t for s, t in pairs if s == lang.code)) for lang in describe(sides)]
 

@@ -116,8 +116,9 @@ class Translator(BaseTranslator[Generator[list[Translation], None, None]]):
         return self._perform(self._document_call(text, format, args))
 
     def pairs(self) -> list[str]:
-        """The language pairs the server translates ("en-fr", ...); [] for a server of one model
-        without pairs (``nmtserve export`` without ``--pair``)."""
+        """The language pairs the server translates ("en-fr", ...): a repository of pairs' list, or
+        the one model's pair ("unknown" for a side its checkpoint does not name, "" from an export
+        older than this); [] for a multilingual model (see languages())."""
         return self._perform(self._config_call(self._pairs_from))
 
     def languages(self) -> list[Language]:

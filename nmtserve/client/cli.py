@@ -305,13 +305,15 @@ def _ask(args: argparse.Namespace, stderr: TextIO, question: Callable[[Translato
 
 
 def list_pairs(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
-    """``nmtserve pairs``: one pair per line; a one-model server says so on stderr."""
+    """``nmtserve pairs``: one pair per line (a one-model server: its model's pair; a multilingual
+    model: a pointer to ``nmtserve languages`` on stderr)."""
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     code, pairs = _ask(args, stderr, Translator.pairs)
     if code != EXIT_OK:
         return code
     if not pairs:
-        _report(stderr, f"{args.model} serves one model without language pairs")
+        stderr.write(f"{args.model} names no language pair: a multilingual model translates between its "
+                     "languages (`nmtserve languages` lists them), an older export names none\n")
     stdout.write("".join(p + "\n" for p in pairs))
     return EXIT_OK
 

@@ -202,6 +202,7 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
         raise ExportError(f"load: {exc}") from exc
     model, cfg = ckpt.model, ckpt.config
     languages = tuple(getattr(ckpt.tokenizer, "languages", None) or ())
+    repo_opts = dataclasses.replace(repo_opts, named_pair=named_pair(ckpt.path))
     if languages:
         try:
             repo_opts = dataclasses.replace(repo_opts, languages=languages)
@@ -298,6 +299,23 @@ def _gate_set(ckpt: Checkpoint, opts: ExportOptions) -> quality.GateSet | None:
             f"quality gate: {ckpt.path} has no held-out test.en / test.<tgt> pair to check int8 against fp32 on; "
             "give the sentences with --gate-source FILE (and their translations with --gate-reference FILE)")
     return gate
+
+
+def named_pair(checkpoint: Path) -> str:
+    """The language pair a checkpoint names: its held-out ``test.<src>`` / ``test.<tgt>`` files
+    (nmtserve's), else a Marian tokenizer's ``source_lang`` / ``target_lang``; "unknown" for a side
+    it does not name."""
+    unknown = contract.UNKNOWN_LANGUAGE
+    tests = sorted(p.suffix[1:] for p in Path(checkpoint).glob("test.*"))
+    if len(tests) == 2 and "en" in tests:
+        other = next(t for t in tests if t != "en")
+        return f"en-{other}"
+    try:
+        config = json.loads((Path(checkpoint) / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = {}
+    source, target = config.get("source_lang"), config.get("target_lang")
+    return f"{source or unknown}-{target or unknown}"
 
 
 def _held_out(ckpt: Checkpoint, opts: ExportOptions, limit: int, strict: bool) -> quality.GateSet | None:

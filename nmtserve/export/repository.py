@@ -91,6 +91,9 @@ class RepositoryOptions:
     # A multilingual model's language codes (NLLB's "fra_Latn", ...): its ensemble and tokenize take
     # SOURCE_LANG / TARGET_LANG, and the ensemble lists them in its `languages` parameter.
     languages: tuple[str, ...] = ()
+    # The language pair the checkpoint names ("en-fr"; "unknown" for a side it does not name):
+    # the one-model ensemble's `pair` parameter, which `nmtserve pairs` lists.
+    named_pair: str = ""
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -228,8 +231,10 @@ def model_configs(dims: graphs.Dims, opts: RepositoryOptions,
             name + sfx: (_python_model(name + sfx, *io, params={**art, "graph": f"{name}.onnx"}), "OnnxGraphModel")
             for name, io in graph_io.items()
         }
+    unknown = f"{contract.UNKNOWN_LANGUAGE}-{contract.UNKNOWN_LANGUAGE}"
     ensemble_params = {"precision": opts.precision, **({"quality": opts.quality} if opts.quality else {}),
-                       **({contract.LANGUAGES_PARAMETER: ",".join(opts.languages)} if opts.languages else {})}
+                       **({contract.LANGUAGES_PARAMETER: ",".join(opts.languages)} if opts.languages else
+                          {contract.PAIR_PARAMETER: opts.pair or opts.named_pair or unknown})}
     document = opts.name + contract.DOCUMENT_MODEL_SUFFIX
     multilingual = bool(opts.languages)
     tokenize_inputs = contract.MULTILINGUAL_TOKENIZE_INPUTS if multilingual else contract.TOKENIZE_INPUTS
