@@ -174,13 +174,13 @@ def test_server_message_naming_a_sentence_gives_its_input_position() -> None:
     chunk = job.next_chunk()
     assert chunk is not None
     position = chunk.indices.index(3)
-    exc = InferenceServerException(f"TEXT[{position}] is bad", "StatusCode.INVALID_ARGUMENT")
+    exc = InferenceServerException(f"in ensemble 'translate', TEXT[{position}] is bad", "StatusCode.INVALID_ARGUMENT")
 
     error = map_exception(exc, endpoint="h:1 (grpc)", chunk=chunk)
 
-    assert error.message == f"TEXT[{position}] is bad"
+    assert error.message == f"in ensemble 'translate', TEXT[{position}] is bad"
     assert (error.index, error.indices) == (3, (0, 2, 3))
-    assert str(error).startswith("input 3: ")
+    assert str(error) == "input 3: the sentence is bad"  # one index, the caller's
 
 
 def test_error_classes_are_also_the_builtin_ones() -> None:
@@ -277,7 +277,7 @@ def test_a_rejected_request_fails_the_call_without_retrying() -> None:
     transport = FlakyTransport(1, InferenceServerException("TEXT[0] bad", "400"))
     translator._transport = transport  # type: ignore[assignment]
 
-    with translator, pytest.raises(InvalidInputError, match=r"TEXT\[0\] bad"):
+    with translator, pytest.raises(InvalidInputError, match=r"^input 1: the sentence bad$"):
         translator.translate(mixed_lines(40))
     assert set(transport.calls.values()) == {1}
 

@@ -35,10 +35,10 @@ from .errors import (
     ServerUnavailableError,
     TranslationError,
     describe_indices,
+    local_message,
 )
 
 PROG = "nmtserve translate"
-_REQUEST_POSITION = C.SENTENCE_IN_MESSAGE
 STDIN_NAME = "<stdin>"
 
 
@@ -444,7 +444,7 @@ def _describe(error: TranslationError, inputs: Lines | None) -> str:
     if inputs is not None and error.index is not None:
         # "TEXT[3]" is the sentence's place in its request, which the client reorders: the line
         # number is what names it.
-        message = f"{inputs.where(error.index)}: {_REQUEST_POSITION.sub('the line', message)}"
+        message = f"{inputs.where(error.index)}: {local_message(message, 'the line')}"
     elif inputs is not None and error.indices:
         message = f"{message} ({inputs.describe(error.indices)})"
     if error.attempts > 1:

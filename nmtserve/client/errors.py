@@ -32,7 +32,10 @@ names the request's fourth sentence, whose input position the client knows).
 from __future__ import annotations
 
 import builtins
+import re
 from collections.abc import Iterable
+
+from .. import contract
 
 __all__ = [
     "InvalidInputError",
@@ -72,7 +75,9 @@ class TranslationError(Exception):
     def __str__(self) -> str:
         text = self.message
         if self.index is not None:
-            text = f"input {self.index}: {text}"
+            # One index, the input's: "TEXT[3]" is the sentence's place in a request the client cut
+            # and sorted, and Triton's "in ensemble 'translate', " says nothing to a caller.
+            text = f"input {self.index}: {local_message(text, 'the sentence')}"
         elif self.indices:
             count = len(self.indices)
             text += f" (input{'s' if count > 1 else ''} {describe_indices(self.indices)})"
@@ -122,3 +127,12 @@ def describe_indices(indices: Iterable[int], limit: int = 6) -> str:
     if len(runs) > limit:
         parts.append(f"... ({len(ordered)} in all)")
     return ", ".join(parts)
+
+
+_ENSEMBLE_PREFIX = re.compile(r"^in ensemble '[^']*', ")
+
+
+def local_message(message: str, name: str) -> str:
+    """A server message about one sentence without its place in the request (``TEXT[3]`` becomes
+    ``name``) and without Triton's ``in ensemble '...'`` prefix."""
+    return contract.SENTENCE_IN_MESSAGE.sub(name, _ENSEMBLE_PREFIX.sub("", message))
