@@ -248,9 +248,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "image; `nmtserve gpu-check --help`)")
 
     p = sub.add_parser(
-        "serve", help="start the embedded CPU tritonserver on a model repository",
-        description="Runs the real tritonserver shipped in the nvidia-pytriton wheel on a repository written by "
-                    "`nmtserve export` (ONNX Runtime on the CPU) until Ctrl+C or SIGTERM. Bound to loopback "
+        "serve", help="start tritonserver on a model repository (CPU here; the GPU container runs it too)",
+        description="Runs the real tritonserver shipped in the nvidia-pytriton wheel (or the full Triton install "
+                    "named by $NMTSERVE_TRITON_ROOT: the GPU image's /opt/tritonserver) on a repository written by "
+                    "`nmtserve export` until Ctrl+C or SIGTERM. Bound to loopback "
                     "unless --host says otherwise; beyond loopback the model-repository, shared-memory, trace "
                     "and logging APIs need the header nmtserve-admin-key: $NMTSERVE_ADMIN_KEY (gRPC metadata "
                     "triton-grpc-protocol-nmtserve-admin-key).",
@@ -261,6 +262,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grpc-port", type=int, default=8001, help="gRPC port")
     p.add_argument("--metrics-port", type=int, default=8002, help="Prometheus metrics port")
     p.add_argument("--log-verbose", type=int, default=0, help="tritonserver's log verbosity")
+    p.add_argument("--console-log", action="store_true",
+                   help="copy tritonserver's log to stderr as it comes (a container's log); it is also in the log file")
+    p.add_argument("--tritonserver-arg", action="append", default=None, metavar="--OPTION=VALUE",
+                   help="pass an option to tritonserver as it is (repeat it), after nmtserve's own")
+    p.add_argument("--startup-timeout", type=float, default=None, metavar="S",
+                   help="seconds to wait for every model to load (default 120)")
     p.add_argument("--gateway-port", type=int, default=None, metavar="PORT",
                    help="also run `nmtserve gateway` on PORT (5000: LibreTranslate's), bound to --host: the "
                         "LibreTranslate and DeepL APIs and the web page (needs nmtserve[gateway])")

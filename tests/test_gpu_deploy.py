@@ -129,25 +129,36 @@ def test_docker_scripts_are_executable_bash(script):
 
 
 def _fake_tritonserver(tmp_path: Path) -> dict[str, str]:
-    """PATH with a `tritonserver` that records its arguments, then the venv's python3."""
-    bin_dir = tmp_path / "bin"
+    """A Triton root ($NMTSERVE_TRITON_ROOT, as /opt/tritonserver in the image) whose `tritonserver`
+    records its arguments and exits, and PATH with the venv's python3 first."""
+    bin_dir, root = tmp_path / "bin", tmp_path / "triton"
     bin_dir.mkdir()
-    (bin_dir / "tritonserver").write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/tritonserver.args\n')
-    (bin_dir / "tritonserver").chmod(0o755)
+    (root / "bin").mkdir(parents=True)
+    (root / "backends" / "python").mkdir(parents=True)
+    (root / "bin" / "tritonserver").write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/tritonserver.args\n')
+    (root / "bin" / "tritonserver").chmod(0o755)
     (bin_dir / "python3").symlink_to(sys.executable)
-    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "NMTSERVE_TRITON_ROOT": str(root),
+            "NMTSERVE_HTTP_PORT": "18000", "NMTSERVE_GRPC_PORT": "18001", "NMTSERVE_METRICS_PORT": "18002"}
 
 
-def test_entrypoint_prepares_plans_then_execs_tritonserver_with_the_options(tmp_path):
+def test_entrypoint_prepares_plans_then_runs_nmtserve_serve_with_the_options(tmp_path):
+    """The container serves through `nmtserve serve` (its checks, watchdog, admin key and stop),
+    on the image's own Triton: the launcher's command line reaches tritonserver."""
     repo = _repository(tmp_path / "models", target="cpu")  # no plans to build: no TensorRT needed
     env = {**_fake_tritonserver(tmp_path), "NMTSERVE_MODEL_REPOSITORY": str(repo),
-           "NMTSERVE_ENGINE_CACHE": str(tmp_path / "cache")}
-    result = subprocess.run([str(ROOT / "docker" / "entrypoint.sh"), "--disable-auto-complete-config"],
-                            capture_output=True, text=True, env=env, timeout=120)
-    assert result.returncode == 0, result.stderr
+           "NMTSERVE_ENGINE_CACHE": str(tmp_path / "cache"), "NMTSERVE_ADMIN_KEY": "k"}
+    result = subprocess.run([str(ROOT / "docker" / "entrypoint.sh"), "--disable-auto-complete-config",
+                             "--log-info=true"], capture_output=True, text=True, env=env, timeout=120)
     assert "nothing to build" in result.stderr
+    # The fake server exits at once: `serve` reports a failed start (a real one serves).
+    assert result.returncode == 1 and "nmtserve serve" in result.stderr, result.stderr
     args = (tmp_path / "tritonserver.args").read_text().split()
-    assert args == [f"--model-repository={repo}", "--disable-auto-complete-config"]
+    assert f"--model-repository={repo.resolve()}" in args
+    assert f"--backend-directory={tmp_path / 'triton' / 'backends'}" in args
+    assert "--http-address=0.0.0.0" in args and "--http-port=18000" in args
+    assert any(a.startswith("--http-restricted-api=") and a.endswith("nmtserve-admin-key=k") for a in args)
+    assert args.count("--disable-auto-complete-config") == 1 and args[-1] == "--log-info=true"
 
 
 def test_entrypoint_stops_before_tritonserver_when_the_repository_is_not_exported(tmp_path):

@@ -10,6 +10,7 @@ retryable UNAVAILABLE), and the console saying what the stop did.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -115,5 +116,59 @@ def test_stop_in_time_with_idle_and_busy_clients(demo_repository, tmp_path, way)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+def test_the_gpu_container_entrypoint_serves_through_nmtserve_serve_and_stops_cleanly(demo_repository, tmp_path):
+    """docker/entrypoint.sh on a full Triton root (as the image's /opt/tritonserver; here the
+    wheel's binary and Python backend laid out that way): plans (none for a CPU repository), then
+    `nmtserve serve`, ready, translating, and `docker stop`'s SIGTERM ends it cleanly in time."""
+    from pathlib import Path
+
+    from nmtserve.server.install import find_tritonserver, prepare_backend_directory
+
+    install = find_tritonserver()
+    root = tmp_path / "opt-tritonserver"
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "tritonserver").symlink_to(install.binary)
+    shutil.copytree(prepare_backend_directory(install) / "python", root / "backends" / "python")
+    http, grpc, metrics = free_ports(3)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "NMTSERVE_TRITON_ROOT": str(root),
+           "NMTSERVE_MODEL_REPOSITORY": str(demo_repository), "NMTSERVE_ENGINE_CACHE": str(tmp_path / "cache"),
+           "NMTSERVE_HOST": "127.0.0.1", "NMTSERVE_HTTP_PORT": str(http), "NMTSERVE_GRPC_PORT": str(grpc),
+           "NMTSERVE_METRICS_PORT": str(metrics),
+           "LD_LIBRARY_PATH": os.pathsep.join(str(d) for d in install.library_dirs)}
+    log = (tmp_path / "container.log").open("w+")
+    entrypoint = Path(__file__).resolve().parents[1] / "docker" / "entrypoint.sh"
+    proc = subprocess.Popen([str(entrypoint), "--disable-auto-complete-config"], stdout=log, stderr=subprocess.STDOUT,
+                            env=env, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if requests.get(f"http://127.0.0.1:{http}/v2/health/ready", timeout=1).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "container.log").read_text()[:6000]
+            time.sleep(0.3)
+        answer = requests.post(f"http://127.0.0.1:{http}/v2/models/translate/infer", timeout=30, json={
+            "inputs": [{"name": "TEXT", "shape": [1], "datatype": "BYTES", "data": ["the first day"]}]}).json()
+        assert answer["outputs"][0]["data"] == ["le premier jour"]
+        keep_alive = requests.Session()
+        assert keep_alive.get(f"http://127.0.0.1:{http}/v2/health/live", timeout=5).status_code == 200
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)  # docker stop
+        code = proc.wait(timeout=30)
+        took = time.monotonic() - started
+        output = (tmp_path / "container.log").read_text()  # the child shares the handle's offset
+        print(f"container entrypoint: stopped in {took:.2f} s, exit {code}")
+        assert code == 0 and took < STOP_SECONDS, output[-3000:]
+        assert "nothing to build" in output and "every model unloaded" in output
+        assert "Exit timeout expired" not in output
+    finally:
+        if proc.poll() is None:
+            proc.kill()
             proc.wait()
         log.close()

@@ -163,7 +163,7 @@ def noun_phrase_typed(n: int, noun: corpus.Noun, adj: corpus.Adjective | None, e
 def _gen_number(rng: random.Random) -> tuple[str, str]:
     n = corpus.sample_number(rng)
     en, fr = en_cardinal_spelled(n, _spelling(rng)), corpus.fr_cardinal(n)
-    return (en, fr) if rng.random() < 0.8 else (corpus._capitalise(en), corpus._capitalise(fr))
+    return (en, fr) if rng.random() < 0.65 else (corpus._capitalise(en), corpus._capitalise(fr))
 
 
 def _gen_fragment(rng: random.Random) -> tuple[str, str]:
@@ -226,8 +226,11 @@ def _gen_retyped(rng: random.Random) -> tuple[str, str]:
     category = rng.choices(categories, weights=[corpus.CATEGORY_WEIGHTS[c] for c in categories])[0]
     source, target = corpus._GENERATORS[category](rng)
     en, fr = _typed_case(rng, respell_numbers(rng, source), target)
-    if en == source:  # nothing changed (a lower-case fragment without a stop): capitalise it
-        en, fr = corpus._capitalise(source), corpus._capitalise(target)
+    if en == source:  # nothing changed: change the case (the tidy form is the corpus's, not typed)
+        if source[:1].islower():
+            en, fr = corpus._capitalise(source), corpus._capitalise(target)
+        else:
+            en, fr = as_typed(source, target, lower=True, stop=source.endswith("."))
     return en, fr
 
 

@@ -1,4 +1,5 @@
-"""``nmtserve serve``: the real tritonserver from the nvidia-pytriton wheel, on CPU."""
+"""``nmtserve serve``: the real tritonserver (the nvidia-pytriton wheel's on CPU, the NGC image's
+/opt/tritonserver in the GPU container) with nmtserve's start-up checks, watchdog and stop."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ def serve_main(args: argparse.Namespace) -> int:
         config = ServerConfig(
             model_repository=Path(args.model_repository), host=args.host, http_port=args.http_port,
             grpc_port=args.grpc_port, metrics_port=args.metrics_port, log_verbose=args.log_verbose,
-            log_stream=sys.stderr if args.log_verbose else None,
+            log_stream=sys.stderr if args.log_verbose or getattr(args, "console_log", False) else None,
+            extra_args=tuple(getattr(args, "tritonserver_arg", None) or ()),
+            startup_timeout_s=getattr(args, "startup_timeout", None) or ServerConfig.startup_timeout_s,
         )
         return serve_forever(config)
     except (ServerError, ValueError) as exc:

@@ -72,6 +72,9 @@ class TritonInstall:
     pytriton_version: str
     triton_version: str
     python_version: str  # "3.11": the stub matches the running interpreter
+    # A full Triton install (the NGC image's /opt/tritonserver): its backends directory holds
+    # every backend (tensorrt, python with its stub) and is used as it is.
+    system: bool = False
 
 
 def _pytriton_package_dir() -> Path | None:
@@ -100,12 +103,38 @@ def _python_library_dir() -> Path | None:
     return Path(libdir)
 
 
+TRITON_ROOT_ENV = "NMTSERVE_TRITON_ROOT"
+NGC_TRITON_ROOT = Path("/opt/tritonserver")
+
+
+def system_tritonserver(root: Path) -> TritonInstall:
+    """A full Triton install at ``root`` (``bin/tritonserver``, ``backends/``): the NGC image's
+    ``/opt/tritonserver``, which the GPU container runs through ``nmtserve serve``."""
+    python_version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    install = TritonInstall(
+        root=root, binary=root / "bin" / "tritonserver", python_backend_dir=root / "backends" / "python",
+        stub=root / "backends" / "python" / STUB_NAME, caches_dir=root / "caches", library_dirs=(),
+        pytriton_version="none", triton_version="system", python_version=python_version, system=True,
+    )
+    if not install.binary.is_file() or not os.access(install.binary, os.X_OK):
+        raise TritonNotInstalledError(f"no tritonserver at {install.binary} ({TRITON_ROOT_ENV}={root})")
+    if not install.python_backend_dir.is_dir():
+        raise TritonNotInstalledError(f"the Triton install at {root} has no Python backend ({install.python_backend_dir})")
+    return install
+
+
 def find_tritonserver() -> TritonInstall:
-    """Locate the tritonserver binary, the Python backend and the stub for this Python.
+    """Locate the tritonserver binary, the Python backend and the stub for this Python: a full
+    Triton install named by $NMTSERVE_TRITON_ROOT (the GPU image sets /opt/tritonserver), else
+    the one in the nvidia-pytriton wheel, else the NGC image's /opt/tritonserver.
 
     Raises TritonNotInstalledError naming the missing piece.
     """
+    if os.environ.get(TRITON_ROOT_ENV):
+        return system_tritonserver(Path(os.environ[TRITON_ROOT_ENV]))
     package_dir = _pytriton_package_dir()
+    if package_dir is None and (NGC_TRITON_ROOT / "bin" / "tritonserver").is_file():
+        return system_tritonserver(NGC_TRITON_ROOT)
     if package_dir is None:
         raise TritonNotInstalledError(
             "The embedded server needs the tritonserver binary shipped in the nvidia-pytriton "
@@ -206,6 +235,8 @@ def prepare_backend_directory(install: TritonInstall, cache_dir: Path | None = N
     the stub is built for one version and environments of several versions may share a cache.
     Nothing is written into site-packages.
     """
+    if install.system:  # a full install's own backends (tensorrt, python and its stub), as they are
+        return install.root / "backends"
     explicit = cache_dir is not None
     root = Path(cache_dir).expanduser() if explicit else default_cache_dir()
     try:
