@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -104,6 +104,9 @@ class Runner:
     extra: Callable[[], dict] = dict  # per-measurement extras (server CPU)
     thread_setup: Callable[[], object] = dict  # run by each serving client thread before the start
     serving_decoder: Callable[[int], Decoder] | None = None  # another layout for the serving scenario
+    # Other thread layouts to try for bulk and latency (CTranslate2: "2x1" beside its "1x2"); the
+    # better one is reported, both are in the entry.
+    layouts: dict[str, Callable[[int], Decoder]] = field(default_factory=dict)
 
 
 @contextmanager
@@ -217,10 +220,12 @@ def ct2_runner(size: Size, name: str, threads: int) -> Iterator[Runner]:
     workers = min(2, threads)
     parallel = ctranslate2.Translator(str(size.ct2_dir), device="cpu", compute_type=compute,
                                       intra_threads=max(1, threads // workers), inter_threads=workers)
-    yield Runner(name, f"CTranslate2 {ctranslate2.__version__} {compute} (serving: {workers} workers x "
-                       f"{max(1, threads // workers)} threads)",
+    yield Runner(name, f"CTranslate2 {ctranslate2.__version__} {compute} (bulk and latency: the better of 1 x "
+                       f"{threads} and {workers} workers x {max(1, threads // workers)} threads; serving: the "
+                       "latter)",
                  lambda beam: size.ct2_decoder(translator, beam),
-                 serving_decoder=lambda beam: size.ct2_decoder(parallel, beam))
+                 serving_decoder=lambda beam: size.ct2_decoder(parallel, beam),
+                 layouts={f"{workers}x{max(1, threads // workers)}": lambda beam: size.ct2_decoder(parallel, beam)})
 
 
 def run_serving(decode: Decoder, items: list, clients: int, setup: Callable[[], object]
@@ -282,12 +287,22 @@ def measure(size: Size, runner: Runner, beam: int, scenario: str, pass_name: str
     if scenario == "bulk":
         outputs, seconds = throughput(decode, items, c.batch)
         entry["batch"] = c.batch
+        for layout, other in runner.layouts.items():  # the better thread layout is reported
+            other_outputs, other_seconds = throughput(other(beam), items, c.batch)
+            entry.setdefault("layouts", {"default": n / seconds})[layout] = n / other_seconds
+            if other_seconds < seconds:
+                outputs, seconds, entry["layout"] = other_outputs, other_seconds, layout
     elif scenario == "serving":
         outputs, seconds, lat = run_serving(decode, items, c.clients, runner.thread_setup)
         entry["clients"] = c.clients
     else:
         outputs, lat = latencies(decode, items)
         seconds = sum(lat)
+        for layout, other in runner.layouts.items():
+            other_outputs, other_lat = latencies(other(beam), items)
+            entry.setdefault("layouts", {"default": 1000 * percentile(lat, 50)})[layout] = 1000 * percentile(other_lat, 50)
+            if percentile(other_lat, 50) < percentile(lat, 50):
+                outputs, lat, seconds, entry["layout"] = other_outputs, other_lat, sum(other_lat), layout
     entry["other_processes_cpu_pct"] = round(others.stop(), 1)
     entry.update(runner.extra(), seconds=round(seconds, 3), sentences_per_s=n / seconds,
                  load_after=load_average(), other_processes_top=others.top)

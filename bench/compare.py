@@ -50,10 +50,14 @@ Sizes:
   engine from the same directory; every engine generates at most 32 new tokens (random weights
   rarely end with EOS: compare tokens/s); fewer sentences (see ``--help``).
 
-Method. Per size, in this order: ``pytorch`` and ``transformers`` (the references), the
-CTranslate2 rows, ``served``, ``engine``, then the CTranslate2 rows again; each CT2 figure is the
-better of its two passes, so a machine that got busier never flatters nmtserve (both passes are
-in the JSON). Timings exclude tokenization (common to every row). Next to every figure: the
+Method. Per size: ``pytorch`` and ``transformers`` (the references) once; then the fast rows
+(served, served-int8, engine, the CTranslate2 rows) all open at once, measured in ``--rounds``
+short rounds (default 3) with the order of the rows rotated each round. Each ratio is the median
+of the ratios within a round (this machine's speed drifts by tens of percent within minutes, so
+figures of different minutes do not compare); the reported figure is the median round (every
+round is in the JSON). CTranslate2 runs bulk and latency in both thread layouts (1 x threads and
+2 workers x threads // 2) and reports the better, serving in the latter. ``--rounds 1`` is the
+older plan: the CTranslate2 rows before and after nmtserve, the better pass kept. Timings exclude tokenization (common to every row). Next to every figure: the
 1/5/15-minute load average when it started and the CPU share used by *other* processes meanwhile
 (``others' CPU``; trust rows where it is near 0%). ``OMP_WAIT_POLICY`` is left as found unless
 ``--omp-wait-policy`` sets it (for this process and the server alike; bench/README.md explains
@@ -70,6 +74,7 @@ CTranslate2 fp32 beside it (needs matplotlib), and markdown tables on stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import gc
 import logging
@@ -155,6 +160,12 @@ def bench_size(size: Size, tmp: Path, args, results: Results) -> None:
         **{name: (lambda name=name: ct2_runner(size, name, args.threads)) for name in CT2_ROWS},
     }
     ct2 = [r for r in CT2_ROWS if r in wanted]
+    if args.rounds > 1:
+        for row in (r for r in SLOW_ROWS if r in wanted and r not in size.not_applicable):
+            run_row(results, size, runners[row], row, beams, "only")
+        fast = [r for r in ("served", "served-int8", "engine", *ct2) if r in wanted and r not in size.not_applicable]
+        run_rounds(results, size, {r: runners[r] for r in fast}, beams, args.rounds)
+        return
     plan = ([(r, "only") for r in SLOW_ROWS if r in wanted] + [(r, "before") for r in ct2]
             + [(r, "only") for r in ("served", "served-int8", "engine") if r in wanted]
             + [(r, "after") for r in ct2])
@@ -163,6 +174,34 @@ def bench_size(size: Size, tmp: Path, args, results: Results) -> None:
             log.info("[%s] %s: %s", size.name, row, size.not_applicable[row])
             continue
         run_row(results, size, runners[row], row, beams, pass_name)
+
+
+def run_rounds(results: Results, size: Size, runners: dict[str, Callable], beams: list[int], rounds: int) -> None:
+    """Every fast row open at once, measured in ``rounds`` short rounds, the order of the rows
+    rotated each round: the machine's drift (tens of percent within minutes here) falls on every
+    row alike, and the report takes the median of the per-round ratios."""
+    with contextlib.ExitStack() as stack:
+        opened = {}
+        for row, make in runners.items():
+            runner = stack.enter_context(make())
+            opened[row] = runner
+            results.what.setdefault(size.name, {})[row] = runner.what
+        rows = list(opened)
+        for r in range(rounds):
+            order = rows[r % len(rows):] + rows[: r % len(rows)]
+            for beam in beams:
+                for scenario in SCENARIOS:
+                    for row in order:
+                        if scenario == "serving" and row in SLOW_ROWS:
+                            continue
+                        try:
+                            results.add(*measure(size, opened[row], beam, scenario, f"round {r + 1}"))
+                        except Exception as exc:  # noqa: BLE001 - report the failed figure and go on
+                            log.error("[%s] %s round %d failed: %s", size.name, row, r + 1, exc)
+                            results.errors.append({"size": size.name, "row": row, "pass": f"round {r + 1}",
+                                                   "error": f"{type(exc).__name__}: {exc}",
+                                                   "traceback": traceback.format_exc()})
+            gc.collect()
 
 
 SETUP = {"demo": setup_demo, "base": setup_base}
@@ -196,10 +235,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true",
                     help="smoke configuration (~3 min): few sentences, 8 clients, base size with 8 new tokens")
     ap.add_argument("--threads", type=int, default=2, help="intra-op threads of every engine (default 2)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="alternating rounds of the fast rows (served, engine, CTranslate2), every row open at "
+                         "once and the order rotated each round; ratios are the median of the per-round ratios "
+                         "(default 3; 1: the older plan, CT2 before and after nmtserve, the better pass kept)")
     ap.add_argument("--omp-wait-policy", default="keep",
                     help="OMP_WAIT_POLICY for PyTorch / CTranslate2 (this process) and the server: PASSIVE, "
                          "ACTIVE, or keep (default: leave the environment as it is)")
     args = ap.parse_args(argv)
+    if args.rounds < 1:
+        ap.error("--rounds must be >= 1")
     if any(b < 1 for b in args.beams):
         ap.error("--beams: beam sizes must be >= 1")
     return args
