@@ -45,7 +45,7 @@ class TrainOptions:
     # Pairs as people type them (typed.py): lower case, no stop, numbers spelled otherwise or in
     # digits, fragments. Added to the training data; a held-out set of them is written beside
     # the checkpoint (typed.en / typed.fr) and some join the validation set.
-    typed_train_size: int = 100_000
+    typed_train_size: int = 150_000
     typed_valid_size: int = 300
     typed_test_size: int = 1000
     vocab_size: int = 800  # an upper bound: the corpus supports fewer pieces

@@ -37,11 +37,11 @@ from .corpus import Example
 
 # Shares of the typed kinds (they sum to 1).
 KIND_WEIGHTS: dict[str, float] = {
-    "number": 0.12,  # a bare number in words
-    "fragment": 0.13,  # a noun phrase, a price or a time without a sentence around it
-    "digits": 0.15,  # a sentence with its count in digits
-    "price": 0.15,  # a price in digits, with or without cents
-    "retyped": 0.45,  # a corpus sentence typed otherwise: case, stop, spelling of its numbers
+    "number": 0.16,  # a bare number in words
+    "fragment": 0.12,  # a noun phrase, a price or a time without a sentence around it
+    "digits": 0.16,  # a sentence with its count in digits
+    "price": 0.16,  # a price in digits, with or without cents
+    "retyped": 0.40,  # a corpus sentence typed otherwise: case, stop, spelling of its numbers
 }
 
 MAX_DIGITS_NUMBER = 99_999
@@ -146,8 +146,15 @@ def respell_numbers(rng: random.Random, en: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+def _digits_number(rng: random.Random) -> int:
+    """A count in digits: half of them of four or five digits, the ones a small model copies worst."""
+    if rng.random() < 0.5:
+        return rng.randint(1_000, MAX_DIGITS_NUMBER)
+    return min(corpus.sample_number(rng, low=1), MAX_DIGITS_NUMBER)
+
+
 def _count(rng: random.Random, noun: corpus.Noun, digits: bool) -> int:
-    return corpus._sample_count(rng, noun) if not digits else min(corpus.sample_number(rng, low=1), MAX_DIGITS_NUMBER)
+    return corpus._sample_count(rng, noun) if not digits else _digits_number(rng)
 
 
 def _digits_pair(rng: random.Random, n: int) -> tuple[str, str]:
@@ -163,7 +170,7 @@ def noun_phrase_typed(n: int, noun: corpus.Noun, adj: corpus.Adjective | None, e
 def _gen_number(rng: random.Random) -> tuple[str, str]:
     n = corpus.sample_number(rng)
     en, fr = en_cardinal_spelled(n, _spelling(rng)), corpus.fr_cardinal(n)
-    return (en, fr) if rng.random() < 0.65 else (corpus._capitalise(en), corpus._capitalise(fr))
+    return (en, fr) if rng.random() < 0.5 else (corpus._capitalise(en), corpus._capitalise(fr))
 
 
 def _gen_fragment(rng: random.Random) -> tuple[str, str]:
@@ -216,7 +223,7 @@ def _gen_price(rng: random.Random) -> tuple[str, str]:
     if rng.random() < 0.5:
         n, decimals = rng.randint(2, 999) if rng.random() < 0.8 else rng.randint(1_000, 9_999), rng.randint(0, 99)
     else:
-        n, decimals = min(corpus.sample_number(rng, low=1), MAX_DIGITS_NUMBER), None
+        n, decimals = _digits_number(rng), None
     en, fr = render_price_digits(n, decimals, noun, adj, grouped=n >= 1000 and rng.random() < 0.5)
     return _typed_case(rng, en, fr, p_lower=0.3, p_no_stop=0.3)
 
