@@ -168,7 +168,7 @@ def test_the_page_offers_alternatives_copies_and_shows_errors(page):
     page.wait_for_function("document.getElementById('status').textContent === 'Copied'")
     assert page.evaluate("navigator.clipboard.readText()") == first
 
-    page.fill("#source-text", " ".join(["one"] * 300))  # over the model's 128 source tokens
+    page.fill("#source-text", "one" * 300)  # one word over the model's 128 source tokens (a sentence is cut)
     page.click("#translate")
     page.wait_for_selector("#error:not([hidden])")
     assert "too long" in page.text_content("#error")

@@ -126,10 +126,14 @@ def test_cpu_repository_serves_the_graphs_only_when_asked_and_drops_stale_ones(t
 def test_the_committed_model_repository_is_what_the_demo_export_writes():
     """model_repository/ is committed (configs, model.py) for reading; the demo re-exports into it."""
     from nmtserve.export.onnx_export import dims_of
+    from nmtserve.export.pipeline import named_pair
     from nmtserve.model.checkpoint import load_checkpoint
 
-    dims = dims_of(load_checkpoint(ROOT / "models" / "en-fr-numbers").model)
-    for model, (config, cls) in model_configs(dims, RepositoryOptions()).items():
+    demo = ROOT / "models" / "en-fr-numbers"
+    dims = dims_of(load_checkpoint(demo).model)
+    # What the demo's export measures and reads: its pair, and a model that drops inline markup.
+    written = RepositoryOptions(named_pair=named_pair(demo), inline_markup="drop")
+    for model, (config, cls) in model_configs(dims, written).items():
         committed = ROOT / "model_repository" / model
         assert (committed / "config.pbtxt").read_text() == config, f"{model}/config.pbtxt is stale: re-export"
         assert (committed / "1" / "model.py").is_file() == (cls is not None)

@@ -123,7 +123,7 @@ def test_greedy_request_equals_the_greedy_reference(grpc, demo_checkpoint, refer
         ([""], {}, "TEXT[0] is empty"),
         (["fine", "   "], {}, "TEXT[1] is empty"),
         ([b"ok", b"\xff\xfe bad"], {}, "TEXT[1] is not valid UTF-8"),
-        (["seven " * 200], {}, "TEXT[0] is too long"),
+        (["seven" * 200], {}, "TEXT[0] is too long"),  # one word: a sentence with spaces is cut instead
         (["one"], {"BEAM_SIZE": 0}, "BEAM_SIZE must be between 1 and"),
         (["one"], {"BEAM_SIZE": 99}, "BEAM_SIZE must be between 1 and"),
         (["one"], {"NUM_HYPOTHESES": 5, "BEAM_SIZE": 2}, "NUM_HYPOTHESES must be between 1 and BEAM_SIZE"),

@@ -288,13 +288,13 @@ def tokenize_request(tokenizer, texts: Sequence[str], spec: ModelSpec, *, prefix
         kept, kept_gaps, cuts = [], [gaps[0]], 0
         for sentence, gap in zip(sentences, gaps[1:], strict=True):
             encoded = encode(sentence)
-            if len(encoded) <= spec.max_source_len:
-                parts = [(sentence, "")]
-            else:
-                parts = cut_to_fit(sentence, lambda t: len(encode(t)) <= spec.max_source_len)
-                if parts is None:
+            parts = [(sentence, "")]
+            if len(encoded) > spec.max_source_len:
+                cut = cut_to_fit(sentence, lambda t: len(encode(t)) <= spec.max_source_len)
+                if cut is None:
                     raise InputError(f"{c.sentence(i)} is too long: {len(encoded)} tokens, the maximum is "
                                      f"{spec.max_source_len}, and it has no space to cut it at")
+                parts = cut
                 cuts += len(parts) - 1
             for k, (part, space) in enumerate(parts):
                 kept.append(part)
