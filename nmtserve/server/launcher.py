@@ -583,13 +583,16 @@ class TritonServer:
         return found
 
     def kill(self) -> None:
-        """End the server and its stubs at once (after a crash: what is in flight is lost anyway)."""
+        """End the server and its stubs at once (after a crash: what is in flight is lost anyway).
+        An end asked for leaves nothing to report: the temporary log goes too."""
         process = self._process
         if process is not None and process.poll() is None:
             LOGGER.warning("killing tritonserver (pid %d)", process.pid)
             self._kill_group(process)
             process.wait()
         self.stop()
+        if self.config.log_file is None and self._log_path is not None:
+            self._log_path.unlink(missing_ok=True)
 
     def _wait_drained(self, until: float) -> bool:
         """Until ``generate`` says it answered everything it held (or ``until``); whether it did."""
