@@ -189,8 +189,8 @@ def parse_languages(source: np.ndarray | None, target: np.ndarray | None, n: int
 
 @dataclass
 class Pieces:
-    """What ``tokenize`` sends to the model for a request's TEXT: its sentences ("pieces"), and
-    how to put their translations back together (``detokenize``).
+    """How ``tokenize`` cut a request's TEXT into the sentences ("pieces") it sends to the model,
+    so that ``detokenize`` can put their translations back together.
 
     ``counts[i]`` pieces come from TEXT[i]; ``gaps`` holds ``counts[i] + 1`` strings per element,
     the text before its first piece, between its pieces and after its last, so its translation is
@@ -198,16 +198,16 @@ class Pieces:
     and ``cut[i]`` how many times TEXT[i] had to be cut inside a sentence to fit the model's
     token limit."""
 
-    texts: list[str] = field(default_factory=list)
     owners: list[int] = field(default_factory=list)
     counts: list[int] = field(default_factory=list)
     gaps: list[str] = field(default_factory=list)
     cut: list[int] = field(default_factory=list)
 
-    def add(self, owner: int, sentences: Sequence[str], gaps: Sequence[str], cut: int = 0) -> None:
-        self.texts += sentences
-        self.owners += [owner] * len(sentences)
-        self.counts.append(len(sentences))
+    def add(self, owner: int, gaps: Sequence[str], cut: int = 0) -> None:
+        """TEXT[owner]'s pieces, given by the ``count + 1`` gaps around them."""
+        count = len(gaps) - 1
+        self.owners += [owner] * count
+        self.counts.append(count)
         self.gaps += gaps
         self.cut.append(cut)
 
@@ -285,7 +285,7 @@ def tokenize_request(tokenizer, texts: Sequence[str], spec: ModelSpec, *, prefix
     ids: list[list[int]] = []
     for i, text in enumerate(texts):
         sentences, gaps = sentences_of(text, segment_language) if split else ([text], ["", ""])
-        kept, kept_gaps, cuts = [], [gaps[0]], 0
+        kept_gaps, cuts = [gaps[0]], 0
         for sentence, gap in zip(sentences, gaps[1:], strict=True):
             encoded = encode(sentence)
             parts = [(sentence, "")]
@@ -297,10 +297,9 @@ def tokenize_request(tokenizer, texts: Sequence[str], spec: ModelSpec, *, prefix
                 parts = cut
                 cuts += len(parts) - 1
             for k, (part, space) in enumerate(parts):
-                kept.append(part)
                 kept_gaps.append(space if k < len(parts) - 1 else gap)
                 ids.append(encoded if len(parts) == 1 else encode(part))
-        pieces.add(i, kept, kept_gaps, cuts)
+        pieces.add(i, kept_gaps, cuts)
     forced, prompts = [], []
     for j, owner in enumerate(pieces.owners):
         is_first = j == 0 or pieces.owners[j - 1] != owner
