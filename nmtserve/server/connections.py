@@ -19,12 +19,9 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import logging
 import os
 import socket
 from collections.abc import Iterable
-
-log = logging.getLogger(__name__)
 
 _SYS_PIDFD_GETFD = 438  # the same number on every Linux architecture (asm-generic)
 _ESTABLISHED = "01"
@@ -66,7 +63,8 @@ def close_client_connections(pid: int, ports: Iterable[int]) -> tuple[int, str |
         fds = _socket_fds(pid)
     except OSError as exc:
         return 0, f"cannot list the sockets of pid {pid}: {exc.strerror}"
-    targets = [fd for inode, fd in fds.items() if inode in established_inodes(ports)]
+    established = established_inodes(ports)  # read the TCP tables once, not once per socket
+    targets = [fd for inode, fd in fds.items() if inode in established]
     if not targets:
         return 0, None
     libc = ctypes.CDLL(None, use_errno=True)

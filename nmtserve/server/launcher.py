@@ -557,10 +557,8 @@ class TritonServer:
         if self._log_handle is not None:
             self._log_handle.close()
             self._log_handle = None
-            # A clean stop leaves nothing to read: the temporary log goes with its server (a log
-            # the caller named stays, and so does one after a failure, for the report).
-            if self.config.log_file is None and process.returncode == 0 and self._log_path is not None:
-                self._log_path.unlink(missing_ok=True)
+            if process.returncode == 0:  # a clean stop leaves nothing to read
+                self._remove_temporary_log()
         return process.returncode
 
     def stub_processes(self) -> dict[int, str]:
@@ -591,6 +589,11 @@ class TritonServer:
             self._kill_group(process)
             process.wait()
         self.stop()
+        self._remove_temporary_log()
+
+    def _remove_temporary_log(self) -> None:
+        """The log file the launcher made goes with its server (a log the caller named stays; so
+        does one after a failure, for the report: the callers decide when)."""
         if self.config.log_file is None and self._log_path is not None:
             self._log_path.unlink(missing_ok=True)
 
@@ -605,10 +608,10 @@ class TritonServer:
             return 0
         closed, why = connections.close_client_connections(
             self._process.pid, (self.config.http_port, self.config.metrics_port))
-        if why and why not in self.stop_notes:
-            LOGGER.warning("could not close idle client connections (%s): Triton waits up to %d s for them",
-                           why, self.config.exit_timeout_s)
-            self.stop_notes.append(f"could not close idle client connections ({why})")
+        note = f"could not close idle client connections ({why})"
+        if why and note not in self.stop_notes:  # once per stop, though it is tried twice
+            LOGGER.warning("%s: Triton waits up to %d s for them", note, self.config.exit_timeout_s)
+            self.stop_notes.append(note)
         return closed
 
     def _unloads_seen(self, waiting: set[str], position: int) -> int:
