@@ -18,8 +18,8 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from nmtserve import contract
 from nmtserve.client import AsyncTranslator, InvalidInputError, TranslationError
+from nmtserve.client.errors import local_message
 
 from .access import Access
 from .config import DEFAULT_UNNAMED_PAIRS, GatewayConfig
@@ -33,8 +33,6 @@ LOGGER = logging.getLogger(__name__)
 # More than one sentence: a line break, or a sentence end followed by more text.
 _SEVERAL_SENTENCES = re.compile(r"\n|[.!?\u2026\u3002\uff01\uff1f][\"'\u2019\u201d)\]]*\s+\S")
 
-_REQUEST_POSITION = contract.SENTENCE_IN_MESSAGE
-_ENSEMBLE_PREFIX = re.compile(r"^in ensemble '[^']*', ")
 T = TypeVar("T")
 
 
@@ -155,11 +153,11 @@ class Service:
         documents = [i for i in range(len(texts)) if not one[i]]
         jobs: list[Awaitable[Any]] = []
         if sentences:
-            nbest: dict[str, Any] = {"num_hypotheses": alternatives + 1} if alternatives else {}
+            options: dict[str, Any] = {"num_hypotheses": alternatives + 1} if alternatives else {}
             if not split:
-                nbest["split_sentences"] = False
+                options["split_sentences"] = False
             named = sentences if len(texts) > 1 else None
-            jobs.append(self._sentences([texts[i].strip() for i in sentences], named, route, nbest))
+            jobs.append(self._sentences([texts[i].strip() for i in sentences], named, route, options))
         fmt = "html" if html else "plain"
         jobs += [self._document(texts[i], fmt, route, i if len(texts) > 1 else None) for i in documents]
         results: list[Translated | None] = [None] * len(texts)
@@ -173,16 +171,16 @@ class Service:
             results[i] = Translated(text, [])
         return [r for r in results if r is not None]
 
-    async def _sentences(self, texts: list[str], positions: list[int] | None, route: dict, nbest: dict) -> list:
+    async def _sentences(self, texts: list[str], positions: list[int] | None, route: dict, options: dict) -> list:
         """The client's translations; an error names the text by ``positions`` (its place in
         the caller's list, None for a single text)."""
         try:
-            return await self.translator.translate(texts, **route, **nbest)
+            return await self.translator.translate(texts, **route, **options)
         except TranslationError as exc:
             error = from_client(exc)
             if isinstance(exc, InvalidInputError):
                 # "TEXT[3]" is the sentence's place in a request the client cut and sorted.
-                error.message = _REQUEST_POSITION.sub("the text", _ENSEMBLE_PREFIX.sub("", exc.message))
+                error.message = local_message(exc.message, "the text")
                 if exc.index is not None and positions is not None:
                     error.message = f"q[{positions[exc.index]}]: {error.message}"
             raise error from exc
