@@ -79,6 +79,10 @@ FORMAT = "FORMAT"  # [1] optional: "plain" (default), "markdown" or "html"
 SENTENCES = "SENTENCES"  # [1] int32 out: how many sentences were translated
 DOCUMENT_FORMATS = ("plain", "markdown", "html")
 DOCUMENT_MODEL_SUFFIX = "_document"  # the model beside the ensemble: translate -> translate_document
+# The document model's config parameter: whether the model carries inline placeholders, as the
+# export measured it (nmtserve.export.markup): "keep" sends them, "drop" sends sentences without.
+INLINE_MARKUP_PARAMETER = "inline_markup"
+INLINE_MARKUP_KEEP, INLINE_MARKUP_DROP = "keep", "drop"
 
 LENGTH_PENALTY_LIMIT = 10.0  # |LENGTH_PENALTY| accepted
 

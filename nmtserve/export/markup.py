@@ -19,14 +19,14 @@ import logging
 import re
 from dataclasses import dataclass
 
+from .. import contract
 from . import quality
 
 log = logging.getLogger(__name__)
 
 PROBE_SENTENCES = 50
 KEEP_RATE = 0.95
-PARAMETER = "inline_markup"
-KEEP, DROP = "keep", "drop"
+KEEP, DROP = contract.INLINE_MARKUP_KEEP, contract.INLINE_MARKUP_DROP
 
 _PLACEHOLDER = re.compile(r"</?g1>")
 

@@ -263,12 +263,9 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
         else:  # the markup probe needs held-out sentences of its own
             held = _held_out(ckpt, opts, 2 * markup.PROBE_SENTENCES, strict=False)
             if held is not None:
-                t = time.monotonic()
                 fp32 = OnnxModel(artifacts["encoder.onnx"], artifacts["decoder.onnx"], spec)
-                report.markup = markup.probe(held, fp32, ckpt.tokenizer, spec.search_options(), opts.max_batch)
-                repo_opts = dataclasses.replace(repo_opts, inline_markup=report.markup.mode)
+                repo_opts = _probe_markup(held, fp32, ckpt, spec.search_options(), opts, report, repo_opts, stage)
                 del fp32
-                stage("markup probe", t)
 
         t = time.monotonic()
         write_repository(opts.repository, d, artifacts, repo_opts)
@@ -345,6 +342,16 @@ def _held_out(ckpt: Checkpoint, opts: ExportOptions, limit: int, strict: bool) -
     return gate
 
 
+def _probe_markup(held: quality.GateSet, fp32: OnnxModel, ckpt: Checkpoint, options: SearchOptions,
+                  opts: ExportOptions, report: ExportReport, repo_opts: RepositoryOptions, stage) -> RepositoryOptions:
+    """Measure whether the model carries inline placeholders (``markup.probe``) on the fp32 graphs;
+    the repository options with the verdict."""
+    t = time.monotonic()
+    report.markup = markup.probe(held, fp32, ckpt.tokenizer, options, opts.max_batch)
+    stage("markup probe", t)
+    return dataclasses.replace(repo_opts, inline_markup=report.markup.mode)
+
+
 def _quality_gate(gate: quality.GateSet, ckpt: Checkpoint, spec: ModelSpec, opts: ExportOptions, tmp: Path,
                   artifacts: dict[str, Path], report: ExportReport, repo_opts: RepositoryOptions, stage):
     """Translate the gate set with the fp32 graphs (shipped for the GPU's fp16 check) and, for int8,
@@ -354,11 +361,8 @@ def _quality_gate(gate: quality.GateSet, ckpt: Checkpoint, spec: ModelSpec, opts
     fp32 = OnnxModel(artifacts["encoder.onnx"], artifacts["decoder.onnx"], spec)
     report.quality["fp32"] = quality.baseline(gate, fp32, ckpt.tokenizer, options, opts.max_batch)
     stage("fp32 gate decode", t)
-    t = time.monotonic()
-    report.markup = markup.probe(gate, fp32, ckpt.tokenizer, options, opts.max_batch)
-    repo_opts = dataclasses.replace(repo_opts, inline_markup=report.markup.mode)
+    repo_opts = _probe_markup(gate, fp32, ckpt, options, opts, report, repo_opts, stage)
     del fp32
-    stage("markup probe", t)
     if opts.precision == "int8":
         t = time.monotonic()
         keep = parse_keep(opts.int8_keep_fp32)

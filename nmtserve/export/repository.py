@@ -73,7 +73,7 @@ class RepositoryOptions:
     quality: str = ""
     # "keep": documents send inline placeholders to the model; "drop": it is not trusted with them
     # (nmtserve.export.markup measures which; unmeasured exports drop).
-    inline_markup: str = "drop"
+    inline_markup: str = contract.INLINE_MARKUP_DROP
     # Limits (0: none). tokenize: sentences per request, characters per sentence; generate:
     # sentences waiting to decode, seconds a request may wait (overload answers UNAVAILABLE).
     max_request_sentences: int = defaults.MAX_REQUEST_SENTENCES
@@ -250,7 +250,7 @@ def model_configs(dims: graphs.Dims, opts: RepositoryOptions,
         document: (
             _python_model(document, _tensors(contract.DOCUMENT_INPUTS), _tensors(contract.DOCUMENT_OUTPUTS),
                           params={"translate_model": opts.name, "max_document_chars": str(opts.max_document_chars),
-                                  "inline_markup": opts.inline_markup,
+                                  contract.INLINE_MARKUP_PARAMETER: opts.inline_markup,
                                   "max_request_sentences": str(opts.max_request_sentences),
                                   "routed": "1" if opts.pair or multilingual else "0"}),
             "DocumentModel"),

@@ -57,7 +57,7 @@ class DocumentModel(_FrontDoor):
         self.routed = params.get("routed", "0") == "1"
         # "drop": the export measured that the model does not carry inline placeholders
         # (nmtserve.export.markup), so sentences go without them; "keep" (and older exports): with.
-        self.inline_markup = params.get("inline_markup", "keep")
+        self.inline_markup = params.get(c.INLINE_MARKUP_PARAMETER, c.INLINE_MARKUP_KEEP)
 
     def execute(self, requests: list) -> None:
         for request in requests:
@@ -81,7 +81,7 @@ class DocumentModel(_FrontDoor):
 
         try:
             document = segment(text, fmt, max_chars=self.max_chars) if self.max_chars else segment(text, fmt)
-            sentences = document.without_markup() if self.inline_markup == "drop" else document.sentences
+            sentences = document.without_markup() if self.inline_markup == c.INLINE_MARKUP_DROP else document.sentences
             translations: list[str] = []
             for start in range(0, len(sentences), self.chunk):
                 translations += self._sentences(sentences[start:start + self.chunk], start, options)
