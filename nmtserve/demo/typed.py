@@ -212,9 +212,9 @@ def render_price_digits(n: int, decimals: int | None, noun: corpus.Noun, adj: co
     en, fr = corpus.render_price(n, noun, adj)
     if decimals is not None and n == 1:
         raise ValueError("1.xx euros takes the singular in French: not written by this corpus")
-    currency = "euro" if n == 1 else "euros"
-    en = en.replace(f" {corpus.en_cardinal(n)} euro", f" {en_digits(n, decimals, grouped)} {currency}", 1).replace("euross", "euros")
-    fr = fr.replace(f" {corpus.fr_cardinal(n)} euro", f" {fr_digits(n, decimals)} {currency}", 1).replace("euross", "euros")
+    currency = "euro" if n == 1 else "euros"  # as render_price wrote it: only the number changes
+    en = en.replace(f" {corpus.en_cardinal(n)} {currency}", f" {en_digits(n, decimals, grouped)} {currency}", 1)
+    fr = fr.replace(f" {corpus.fr_cardinal(n)} {currency}", f" {fr_digits(n, decimals)} {currency}", 1)
     return en, fr
 
 

@@ -20,11 +20,9 @@ def evaluate_checkpoint(directory: Path, beam_size: int = defaults.BEAM_SIZE, wr
     ``typed.fr`` (inputs as people type them, demo/typed.py) where the checkpoint has them;
     ``empty`` counts empty translations of non-empty inputs."""
     ckpt = load_checkpoint(directory)
-    result: dict = {}
-    for name in ("test", "typed"):
-        if (directory / f"{name}.en").is_file():
-            entry = _evaluate(ckpt, directory, name, beam_size)
-            result.update(entry) if name == "test" else result.update({name: entry})
+    result = _evaluate(ckpt, directory, "test", beam_size)
+    if (directory / "typed.en").is_file():
+        result["typed"] = _evaluate(ckpt, directory, "typed", beam_size)
     log.info("%s: %s", directory, result)
     print(json.dumps(result))
     if write:
