@@ -37,19 +37,27 @@ SENTENCE = "On Tuesday, March 5, 2024, we bought seven hundred seventy-seven red
 
 def _serve(repository, tmp_path):
     http, grpc, metrics = free_ports(3)
-    log = (tmp_path / f"serve-{http}.out").open("w+")
+    log_path = tmp_path / f"serve-{http}.out"
+    log = log_path.open("w+")
     proc = subprocess.Popen(
         [sys.executable, "-m", "nmtserve.cli", "serve", "--model-repository", str(repository), "--http-port", str(http),
          "--grpc-port", str(grpc), "--metrics-port", str(metrics)],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True, text=True)
-    deadline = time.monotonic() + 120
+    _wait_ready(proc, http, log_path)
+    return proc, log, (http, grpc, metrics)
+
+
+def _wait_ready(proc, http: int, log_path, timeout: float = 120) -> None:
+    """Until the server on ``http`` is ready; fails with the start of its output if it exits or
+    takes longer (read by path: the child shares the handle's offset)."""
+    deadline = time.monotonic() + timeout
     while True:
         try:
             if requests.get(f"http://127.0.0.1:{http}/v2/health/ready", timeout=1).status_code == 200:
-                return proc, log, (http, grpc, metrics)
+                return
         except requests.ConnectionError:
             pass
-        assert proc.poll() is None and time.monotonic() < deadline, log.read()
+        assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()[:6000]
         time.sleep(0.2)
 
 
@@ -144,15 +152,7 @@ def test_the_gpu_container_entrypoint_serves_through_nmtserve_serve_and_stops_cl
     proc = subprocess.Popen([str(entrypoint), "--disable-auto-complete-config"], stdout=log, stderr=subprocess.STDOUT,
                             env=env, text=True)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if requests.get(f"http://127.0.0.1:{http}/v2/health/ready", timeout=1).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "container.log").read_text()[:6000]
-            time.sleep(0.3)
+        _wait_ready(proc, http, tmp_path / "container.log")
         answer = requests.post(f"http://127.0.0.1:{http}/v2/models/translate/infer", timeout=30, json={
             "inputs": [{"name": "TEXT", "shape": [1], "datatype": "BYTES", "data": ["the first day"]}]}).json()
         assert answer["outputs"][0]["data"] == ["le premier jour"]
