@@ -239,6 +239,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pair", metavar="SRC-TGT", default=None,
                    help="add the model to --repository under this language pair (en-fr): `translate` then routes "
                         "requests by SOURCE_LANG/TARGET_LANG to every pair exported there (CPU target)")
+    p.add_argument("--decoder-graph", choices=("fused", "portable"), default="",
+                   help="the decoder graph served: fused (ONNX Runtime's fused CPU kernels, about a third of the nodes; "
+                        "the default of --target cpu) or portable (standard ONNX, what TensorRT builds; the only one "
+                        "of --target gpu)")
     p.add_argument("--graph-models", action="store_true",
                    help="also serve the encoder/decoder graphs as Triton models `encoder`/`decoder` for custom "
                         "decode loops (CPU target; a process and a copy of the weights each)")

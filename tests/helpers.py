@@ -19,6 +19,7 @@ from tensorrt_standin import ALIGNED_HOST
 
 from nmtserve.decoding.search import SearchOptions
 from nmtserve.engine import InflightBatcher
+from nmtserve.export.cpu_graph import build_cpu_decoder
 from nmtserve.export.onnx_export import dims_of, export_decoder, export_encoder
 from nmtserve.model.config import TransformerConfig
 from nmtserve.model.transformer import Transformer
@@ -30,7 +31,9 @@ from nmtserve.runtime.spec import ModelSpec
 DEFAULTS = SearchOptions(beam_size=4, length_penalty=1.0, max_length=128, max_length_a=2.0, max_length_b=10)
 
 
-def build(tmp_path, **kw):
+def build(tmp_path, decoder_graph: str = "portable", **kw):
+    """A tiny random model and its graphs under ONNX Runtime; ``decoder_graph="fused"`` serves the
+    CPU decoder (``nmtserve.export.cpu_graph``) instead of the portable export."""
     base = dict(src_vocab_size=61, tgt_vocab_size=61, d_model=32, h=4, d_ff=48, encoder_layers=2,
                 decoder_layers=2, dropout=0.0, max_positions=128)
     base.update(kw)
@@ -41,7 +44,10 @@ def build(tmp_path, **kw):
         if base.get("final_logits_bias"):
             model.final_logits_bias.normal_()
     export_encoder(model, tmp_path / "encoder.onnx")
-    export_decoder(model, tmp_path / "decoder.onnx")
+    if decoder_graph == "fused":
+        build_cpu_decoder(model, tmp_path / "decoder.onnx")
+    else:
+        export_decoder(model, tmp_path / "decoder.onnx")
     c = model.config
     d = dims_of(model)
     spec = ModelSpec(layers=d.layers, heads=d.heads, d_k=d.d_k, vocab=d.vocab, max_positions=c.max_positions,

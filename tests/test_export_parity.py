@@ -17,9 +17,10 @@ VARIANTS = {
 }
 
 
+@pytest.mark.parametrize("graph", ["portable", "fused"])
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_onnx_matches_pytorch_over_whole_beam_decodes(tmp_path, variant):
-    model, onnx_model = build(tmp_path, **VARIANTS[variant])
+def test_onnx_matches_pytorch_over_whole_beam_decodes(tmp_path, variant, graph):
+    model, onnx_model = build(tmp_path, decoder_graph=graph, **VARIANTS[variant])
     opts = SearchOptions(beam_size=4, max_length=40, max_length_a=1.5, max_length_b=3, num_hypotheses=2)
     report = check_parity(model, onnx_model, sources(50, model.config.src_vocab_size), opts, batch_size=13)
     assert report.sentences == 50 and report.steps > 50
@@ -28,8 +29,9 @@ def test_onnx_matches_pytorch_over_whole_beam_decodes(tmp_path, variant):
     assert report.token_mismatches == [], report.summary()
 
 
-def test_parity_check_catches_a_wrong_graph(tmp_path):
-    model, onnx_model = build(tmp_path)
+@pytest.mark.parametrize("graph", ["portable", "fused"])
+def test_parity_check_catches_a_wrong_graph(tmp_path, graph):
+    model, onnx_model = build(tmp_path, decoder_graph=graph)
     with torch.no_grad():
         model.decoder_layers[0].ffn.fc2.weight.mul_(1.5)  # PyTorch now differs from the export
     report = check_parity(model, onnx_model, sources(4, model.config.src_vocab_size), SearchOptions(beam_size=2, max_length=8))
@@ -37,8 +39,9 @@ def test_parity_check_catches_a_wrong_graph(tmp_path):
     assert report.max_abs_diff_log_probs > 1e-3
 
 
-def test_greedy_and_single_sentence_batches(tmp_path):
-    model, onnx_model = build(tmp_path)
+@pytest.mark.parametrize("graph", ["portable", "fused"])
+def test_greedy_and_single_sentence_batches(tmp_path, graph):
+    model, onnx_model = build(tmp_path, decoder_graph=graph)
     report = check_parity(model, onnx_model, sources(5, model.config.src_vocab_size, seed=3), SearchOptions(beam_size=1, max_length=12), batch_size=1)
     assert report.passed, report.summary()
 
@@ -50,12 +53,13 @@ def test_export_leaves_the_model_in_eval_mode_so_dropout_stays_off(tmp_path):
     assert report.passed, report.summary()
 
 
-def test_the_decoder_returns_each_hypothesis_best_tokens_as_the_search_ranks_them(tmp_path):
+@pytest.mark.parametrize("graph", ["portable", "fused"])
+def test_the_decoder_returns_each_hypothesis_best_tokens_as_the_search_ranks_them(tmp_path, graph):
     """``top_log_probs`` / ``top_ids`` are the full log-probs' best ``candidates`` tokens, best
     first, so the served search (which reads only these) ranks exactly as on the full array."""
     from nmtserve.export.onnx_export import example_decoder_inputs
 
-    model, onnx_model = build(tmp_path)
+    model, onnx_model = build(tmp_path, decoder_graph=graph)
     names = [t.name for t in __import__("nmtserve.graphs", fromlist=["x"]).decoder_inputs(onnx_model.spec.dims)]
     feeds = {n: x.numpy() for n, x in zip(names, example_decoder_inputs(model, batch=3, beam=4, past=5, src=6), strict=True)}
     out = onnx_model.run_step(feeds, ("log_probs", "top_log_probs", "top_ids"))

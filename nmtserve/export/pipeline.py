@@ -22,6 +22,7 @@ from ..model.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from ..runtime.onnxruntime import OnnxModel
 from ..runtime.spec import SPEC_FILE, ModelSpec, graph_sha256
 from . import markup, quality
+from .cpu_graph import UnsupportedModel, build_cpu_decoder
 from .lint import lint_file
 from .onnx_export import EXTERNAL_DATA_BYTES, dims_of, export_decoder, export_encoder, graph_files
 from .parity import ParityReport, check_parity
@@ -39,6 +40,9 @@ class ExportError(RuntimeError):
 # quantization), served only if they pass the quality gate. fp16: TensorRT plans built in fp16
 # when the GPU container starts, gated there against the fp32 translations shipped here.
 PRECISIONS = ("fp32", "int8", "fp16")
+# The decoder graph a repository serves. portable: standard ONNX as torch.onnx exports it (what
+# TensorRT builds). fused: the same step for ONNX Runtime's CPU provider (nmtserve.export.cpu_graph).
+DECODER_GRAPHS = ("fused", "portable")
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class ExportOptions:
     skip_parity: bool = False
     step_backend: str = ""  # how generate runs the graphs; "": the target's default
     graph_models: bool = False  # also serve encoder/decoder as models (RepositoryOptions)
+    decoder_graph: str = ""  # DECODER_GRAPHS; "": fused on the cpu target, portable on the gpu target
     pair: str = ""  # "en-fr": add the model to the repository under its language pair (RepositoryOptions)
     # The quality gate of a reduced precision (nmtserve.export.quality).
     max_bleu_drop: float = quality.DEFAULT_MAX_BLEU_DROP
@@ -78,6 +83,10 @@ class ExportOptions:
             raise ValueError("fp16 is built into the TensorRT plans of --target gpu; on a CPU use --precision int8")
         if self.precision == "int8" and self.target != "cpu":
             raise ValueError("int8 graphs are for ONNX Runtime on a CPU (--target cpu); on a GPU use --precision fp16")
+        if self.decoder_graph not in ("", *DECODER_GRAPHS):
+            raise ValueError(f"decoder graph must be one of {', '.join(DECODER_GRAPHS)}, got {self.decoder_graph!r}")
+        if self.decoder_graph == "fused" and self.target != "cpu":
+            raise ValueError("the fused decoder graph is for ONNX Runtime on a CPU (--target cpu); TensorRT builds the portable one")
         if self.gate_reference is not None and self.gate_source is None:
             raise ValueError("--gate-reference needs --gate-source (the source lines it translates)")
         if not self.max_bleu_drop >= 0:
@@ -95,6 +104,7 @@ class ExportReport:
     quality: dict = field(default_factory=dict)  # what the repository's quality.json holds
     lint: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    decoder_graph: str = ""  # the graph the repository serves, and its node count beside the portable one's
     # Whether the model carries inline placeholders (measured on the gate set; none: not measured).
     markup: markup.MarkupProbe = field(default_factory=lambda: markup.MarkupProbe(0, 0))
 
@@ -111,6 +121,8 @@ class ExportReport:
             if name != "fp32":
                 lines.append(quality.QualityReport(**{k: v for k, v in q.items() if k in _REPORT_FIELDS}).summary())
         lines.append(self.markup.summary())
+        if self.decoder_graph:
+            lines.append(self.decoder_graph)
         return "\n".join(lines + self.notes)
 
 
@@ -233,6 +245,10 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
         if findings:
             raise ExportError("TensorRT lint failed:\n  " + "\n  ".join(findings))
         stage("lint", t)
+        if (opts.decoder_graph or ("fused" if opts.target == "cpu" else "portable")) == "fused":
+            t = time.monotonic()
+            decoder = _fused_decoder(model, decoder, tmp, repo_opts.max_beam, opts, report)
+            stage("fuse", t)
 
         d = dims_of(model, repo_opts.max_beam)
         files, artifacts = _tokenizer_artifacts(ckpt.tokenizer, tmp, ckpt.path)
@@ -281,6 +297,23 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
             "container starts (`docker compose up`, see README: GPU deployment)"
         )
     return report
+
+
+def _fused_decoder(model, portable: Path, tmp: Path, max_beam: int, opts: ExportOptions, report: ExportReport) -> Path:
+    """The CPU decoder graph (checked by the parity stage like any other), or the portable graph
+    with a note when this builder does not cover the model."""
+    import onnx  # noqa: PLC0415 - export-only dependency
+
+    (tmp / "fused").mkdir()
+    try:
+        fused = build_cpu_decoder(model, tmp / "fused" / "decoder.onnx", max_beam, opts.external_data_bytes)
+    except UnsupportedModel as exc:
+        report.notes.append(f"decoder graph: portable (the fused CPU graph does not cover this model: {exc})")
+        return portable
+    nodes = [len(onnx.load(str(path), load_external_data=False).graph.node) for path in (fused, portable)]
+    report.decoder_graph = (f"decoder graph: fused for ONNX Runtime's CPU provider ({nodes[0]} nodes; the portable "
+                            f"graph TensorRT builds has {nodes[1]})")
+    return fused
 
 
 def _gate_set(ckpt: Checkpoint, opts: ExportOptions) -> quality.GateSet | None:
