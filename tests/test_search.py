@@ -371,3 +371,52 @@ def test_a_forced_token_counts_in_the_length_a_prompt_does_not():
 def test_a_prefix_holding_eos_is_refused():
     with pytest.raises(ValueError, match="end-of-sentence"):
         run(PrefixModel(1, 9), 1, SearchOptions(beam_size=2, max_length=4), prefixes=[TargetPrefix((3, EOS))])
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_a_few_rows_step_row_by_row_equals_the_vectorized_step(seed):
+    """``BeamBatch._advance_few`` (rows in Python, what one sentence at a time runs) against the
+    vectorized step on the same candidates: the whole state after every step, with mixed options,
+    target prefixes (forced and prompt), exact ties, -inf candidates, sentences joining and leaving."""
+    from nmtserve.decoding.search import _ROW_ARRAYS, BeamBatch
+
+    rng = np.random.default_rng(seed)
+    k, vocab, eos = int(rng.integers(1, 6)), 19, 2
+    m = min(vocab, 2 * k + 1)
+    few, vec = (BeamBatch(k, bos_id=1, eos_id=eos, capacity=1, max_steps=4) for _ in range(2))
+    few.few_rows, vec.few_rows = 8, 0
+
+    def join() -> None:
+        n = int(rng.integers(0, 3))
+        prefix = TargetPrefix(tuple(int(x) for x in rng.integers(3, vocab, n)), int(rng.integers(0, n + 1)))
+        options = SearchOptions(beam_size=k, length_penalty=float(rng.choice([0.0, 0.6, 1.0, 1.3])),
+                                early_stopping=[False, True, "never"][int(rng.integers(0, 3))],
+                                min_length=int(rng.integers(0, 3)), max_length=int(rng.integers(3, 16)),
+                                num_hypotheses=int(rng.integers(1, k + 1)), patience=float(rng.choice([1.0, 1.5])))
+        for batch in (few, vec):
+            batch.add(options, 5, prefix)
+
+    for _ in range(int(rng.integers(1, 6))):
+        join()
+    steps = 0
+    while few.size and steps < 40:
+        b = few.size
+        values = rng.standard_normal((b, k, m)).astype(np.float32) * 2 - 1
+        if rng.random() < 0.7:  # exact ties across beams and tokens, and scores equal to a finished one's
+            values = np.round(values * 2) / 2 if rng.random() < 0.5 else np.minimum(np.round(values), 0)
+        values[rng.random(values.shape) < 0.05] = -np.inf
+        tokens = np.stack([rng.permutation(vocab)[:m] for _ in range(b * k)]).reshape(b, k, m)
+        values[(tokens == eos) & (rng.random(values.shape) < 0.5)] = 0.0  # EOS often best: pools fill up
+        few.advance(Candidates(values, tokens, vocab))
+        vec.advance(Candidates(values, tokens, vocab))
+        for name in _ROW_ARRAYS:
+            np.testing.assert_array_equal(getattr(few, name)[:b], getattr(vec, name)[:b], err_msg=f"{name}, step {steps}")
+        assert [[(h.tokens, h.score, h.sum_logprobs) for h in p.hyps] for p in few.pools] == \
+               [[(h.tokens, h.score, h.sum_logprobs) for h in p.hyps] for p in vec.pools]
+        keep = np.flatnonzero(~few.done[:b])
+        for batch in (few, vec):
+            batch.reorder(keep)
+        if rng.random() < 0.2:
+            join()
+        steps += 1
+    assert steps > 2
