@@ -110,7 +110,7 @@ class Runner:
 
 
 @contextmanager
-def served_runner(size: Size, repo: Path, log_dir: Path, name: str = "served") -> Iterator[Runner]:
+def served_runner(size: Size, repo: Path, log_dir: Path, name: str = "served", early_stopping: bool = False) -> Iterator[Runner]:
     import tritonclient.grpc as grpcclient
 
     from nmtserve.server.launcher import ServerConfig, TritonServer
@@ -138,6 +138,9 @@ def served_runner(size: Size, repo: Path, log_dir: Path, name: str = "served") -
                 if value is not None:
                     inputs.append(grpcclient.InferInput(name, [1], "INT32"))
                     inputs[-1].set_data_from_numpy(np.array([value], dtype=np.int32))
+            if early_stopping:  # the opt-in rule (EARLY_STOPPING): stop once beam_size hypotheses finished
+                inputs.append(grpcclient.InferInput("EARLY_STOPPING", [1], "BOOL"))
+                inputs[-1].set_data_from_numpy(np.array([True]))
             result = client().infer("translate", inputs, outputs=outputs)
             return [t.decode("utf-8") for t in result.as_numpy("TRANSLATION")]
 
@@ -155,7 +158,8 @@ def served_runner(size: Size, repo: Path, log_dir: Path, name: str = "served") -
         size.info["served_startup_s"] = round(time.perf_counter() - started, 1)
         size.info["served_log"] = str(server.log_path)
         cpu["last"] = process_group_cpu_seconds(server.pid)
-        yield Runner(name, f"tritonserver `translate` over gRPC (tritonclient), {precision_of(repo)} graphs",
+        rule = ", EARLY_STOPPING" if early_stopping else ""
+        yield Runner(name, f"tritonserver `translate` over gRPC (tritonclient), {precision_of(repo)} graphs{rule}",
                      decoder, texts=True,
                      other_load=lambda: OtherLoad(lambda: own_cpu_seconds() + process_group_cpu_seconds(server.pid),
                                                   lambda: process_group_pids(server.pid)),

@@ -23,7 +23,8 @@ from _common import (  # noqa: E402
 log = logging.getLogger("bench.compare")
 
 
-ROWS = ("served", "served-int8", "engine", "pytorch", "transformers", "ct2", "ct2-int8")
+ROWS = ("served", "served-int8", "served-early", "served-int8-early", "engine", "pytorch", "transformers", "ct2",
+        "ct2-int8")
 
 
 SCENARIOS = ("bulk", "serving", "latency")

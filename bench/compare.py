@@ -13,6 +13,9 @@ Rows (engines):
 * ``served-int8``   the same, on a repository exported with ``--precision int8`` (weights of both
   graphs in int8, ``nmtserve.export.quantize``; the export's quality gate report is in the JSON's
   size info);
+* ``served-early``, ``served-int8-early``  ``served`` / ``served-int8`` with ``EARLY_STOPPING``
+  (the opt-in rule: a sentence stops once beam_size hypotheses have finished, as CT2 does);
+  their "identical to PyTorch" column measures what the rule changes against the default rule;
 * ``engine``        the in-process in-flight engine on the same exported graphs, laid out as
   the server lays out ``--threads`` cores (``EnginePool``: 2 decode loops x threads // 2
   ONNX Runtime threads over one ``OnnxModel``, 64 running sentences in all);
@@ -147,7 +150,9 @@ def bench_size(size: Size, tmp: Path, args, results: Results) -> None:
     repo = repo_int8 = None
     if {"served", "engine"} & set(wanted):
         repo = export_repository(size, tmp / "repository", args.threads)
-    if "served-int8" in wanted:
+    if "served-early" in wanted and repo is None:
+        repo = export_repository(size, tmp / "repository", args.threads)
+    if {"served-int8", "served-int8-early"} & set(wanted):
         repo_int8 = export_repository(size, tmp / "repository-int8", args.threads, precision="int8")
     log_dir = RESULTS / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -156,6 +161,8 @@ def bench_size(size: Size, tmp: Path, args, results: Results) -> None:
         "transformers": lambda: transformers_runner(size),
         "served": lambda: served_runner(size, repo, log_dir),
         "served-int8": lambda: served_runner(size, repo_int8, log_dir, name="served-int8"),
+        "served-early": lambda: served_runner(size, repo, log_dir, name="served-early", early_stopping=True),
+        "served-int8-early": lambda: served_runner(size, repo_int8, log_dir, name="served-int8-early", early_stopping=True),
         "engine": lambda: engine_runner(size, repo, args.threads),
         **{name: (lambda name=name: ct2_runner(size, name, args.threads)) for name in CT2_ROWS},
     }
@@ -163,11 +170,12 @@ def bench_size(size: Size, tmp: Path, args, results: Results) -> None:
     if args.rounds > 1:
         for row in (r for r in SLOW_ROWS if r in wanted and r not in size.not_applicable):
             run_row(results, size, runners[row], row, beams, "only")
-        fast = [r for r in ("served", "served-int8", "engine", *ct2) if r in wanted and r not in size.not_applicable]
+        fast = [r for r in ("served", "served-int8", "served-early", "served-int8-early", "engine", *ct2)
+                if r in wanted and r not in size.not_applicable]
         run_rounds(results, size, {r: runners[r] for r in fast}, beams, args.rounds)
         return
     plan = ([(r, "only") for r in SLOW_ROWS if r in wanted] + [(r, "before") for r in ct2]
-            + [(r, "only") for r in ("served", "served-int8", "engine") if r in wanted]
+            + [(r, "only") for r in ("served", "served-int8", "served-early", "served-int8-early", "engine") if r in wanted]
             + [(r, "after") for r in ct2])
     for row, pass_name in plan:
         if row in size.not_applicable:

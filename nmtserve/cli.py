@@ -174,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "`nmtserve languages` lists them)")
     p.add_argument("--target-prefix", metavar="TEXT", default=None,
                    help="every translation starts with TEXT (forced, then decoding continues; not with --document)")
+    p.add_argument("--early-stopping", action="store_true",
+                   help="stop each sentence's beam search once --beam-size hypotheses have finished (as CTranslate2 "
+                        "does): fewer decoding steps; a few translations differ from the default rule's")
     p.add_argument("--no-split-sentences", action="store_true",
                    help="send each line to the model whole; by default the server translates a line of several "
                         "sentences sentence by sentence and joins them with the line's own spacing")

@@ -21,6 +21,10 @@ BEAM_SIZE = "BEAM_SIZE"  # [1] optional: beam width, 1..max_beam (default: the e
 MAX_LENGTH = "MAX_LENGTH"  # [1] optional: max generated tokens (default: 2 * source tokens + 10)
 LENGTH_PENALTY = "LENGTH_PENALTY"  # [1] optional: score = sum log p / length ** alpha (default 1)
 NUM_HYPOTHESES = "NUM_HYPOTHESES"  # [1] optional: n-best size k, 1..beam (default 1)
+# [1] optional bool, default false: a sentence's search stops as soon as beam_size hypotheses have
+# finished (transformers' early_stopping=True, near CTranslate2's patience=1 rule) instead of when
+# no running beam can still beat them: fewer steps, a few translations differ (README, "Speed")
+EARLY_STOPPING = "EARLY_STOPPING"
 TRANSLATION = "TRANSLATION"  # [n] best translation, same order as TEXT
 SCORE = "SCORE"  # [n] its length-normalised log-probability
 NBEST_TRANSLATION = "NBEST_TRANSLATION"  # [n, k]
@@ -105,7 +109,7 @@ class Tensor:
 
 
 OPTION_INPUTS = {BEAM_SIZE: "TYPE_INT32", MAX_LENGTH: "TYPE_INT32", LENGTH_PENALTY: "TYPE_FP32",
-                 NUM_HYPOTHESES: "TYPE_INT32"}
+                 NUM_HYPOTHESES: "TYPE_INT32", EARLY_STOPPING: "TYPE_BOOL"}
 OPTIONS = [Tensor(name, t, (1,), optional=True) for name, t in OPTION_INPUTS.items()]
 
 LANGUAGES = [Tensor(SOURCE_LANG, "TYPE_STRING", (1,), optional=True),

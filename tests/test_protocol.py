@@ -197,6 +197,9 @@ def test_absent_options_are_the_exports_defaults():
     given = parse_search_options({"BEAM_SIZE": np.array([2], np.int32), "MAX_LENGTH": np.array([7], np.int32),
                                   "NUM_HYPOTHESES": np.array([2], np.int32)}, spec, 8)
     assert (given.beam_size, given.max_length_for(30), given.num_hypotheses) == (2, 7, 2)
+    assert options.early_stopping is False and given.early_stopping is False
+    early = parse_search_options({"EARLY_STOPPING": np.array([True])}, spec, 8)
+    assert early == spec.search_options(early_stopping=True)
 
 
 @pytest.mark.parametrize("inputs, message", [
@@ -206,6 +209,8 @@ def test_absent_options_are_the_exports_defaults():
     ({"MAX_LENGTH": np.array([0], np.int32)}, "MAX_LENGTH must be between 1 and 40"),
     ({"LENGTH_PENALTY": np.array([np.inf], np.float32)}, "LENGTH_PENALTY must be a finite number"),
     ({"BEAM_SIZE": np.array([2, 3], np.int32)}, r"BEAM_SIZE must hold one value"),
+    ({"EARLY_STOPPING": np.array([1.0], np.float32)}, "EARLY_STOPPING must hold one boolean"),
+    ({"EARLY_STOPPING": np.array([True, False])}, "EARLY_STOPPING must hold one boolean"),
 ])
 def test_bad_options_are_named(inputs, message):
     from nmtserve.server.protocol import parse_search_options

@@ -117,6 +117,30 @@ def test_greedy_request_equals_the_greedy_reference(grpc, demo_checkpoint, refer
     assert got == want
 
 
+def test_early_stopping_equals_the_reference_decode_with_transformers_early_stopping(demo_server, demo_checkpoint,
+                                                                                     demo_sentences):
+    """EARLY_STOPPING (client ``early_stopping=True``, CLI ``--early-stopping``): each sentence stops
+    once beam_size hypotheses have finished; the served output is the PyTorch reference decode
+    with transformers' ``early_stopping=True``, and the default stays the full rule."""
+    import dataclasses
+
+    from nmtserve.client import Translator
+
+    texts = demo_sentences[:60]
+    early = [n[0][0] for n in reference_translate(demo_checkpoint.model, demo_checkpoint.tokenizer, texts,
+                                                  dataclasses.replace(DEFAULTS, early_stopping=True))]
+    full = [n[0][0] for n in reference_translate(demo_checkpoint.model, demo_checkpoint.tokenizer, texts, DEFAULTS)]
+    assert early != full  # these sentences tell the two rules apart
+    with Translator(demo_server.urls.grpc_address) as client:
+        assert [r.text for r in client.translate(texts, early_stopping=True)] == early
+        assert [r.text for r in client.translate(texts)] == full
+    flag = grpcclient.InferInput("EARLY_STOPPING", [1], "BOOL")
+    flag.set_data_from_numpy(np.array([True]))
+    grpc_client = grpcclient.InferenceServerClient(demo_server.urls.grpc_address)
+    result = grpc_client.infer("translate", [*_inputs(grpcclient, texts[:8]), flag])
+    assert [t.decode() for t in result.as_numpy("TRANSLATION")] == early[:8]
+
+
 @pytest.mark.parametrize(
     "texts, options, message",
     [

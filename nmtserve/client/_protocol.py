@@ -74,10 +74,15 @@ class Options:
     # False: each input is one sentence, translated whole (the server otherwise translates an
     # input of several sentences sentence by sentence and joins them with their own spacing).
     split_sentences: bool = True
+    # True: a sentence's search stops once beam_size hypotheses have finished (fewer steps; a few
+    # translations differ from the default rule's). None: the server's default (the full rule).
+    early_stopping: bool | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.split_sentences, bool):
             raise InvalidInputError(f"split_sentences must be True or False, got {self.split_sentences!r}")
+        if self.early_stopping is not None and not isinstance(self.early_stopping, bool):
+            raise InvalidInputError(f"early_stopping must be True, False or None, got {self.early_stopping!r}")
         for name in ("source_lang", "target_lang"):
             value = getattr(self, name)
             codes = [value] if isinstance(value, str) or value is None or name == "source_lang" else value
@@ -139,6 +144,7 @@ class TranslateArgs(_CallArgs, total=False):
     target_lang: str | Sequence[str] | None
     target_prefix: str | Sequence[str] | None
     split_sentences: bool
+    early_stopping: bool | None
 
 
 def options_from(method: str, args: Mapping[str, Any], accepted: type) -> Options:
@@ -208,6 +214,8 @@ def encode_request(texts: Sequence[bytes], options: Options, indices: Sequence[i
         inputs.append((name, np.array([v.encode("utf-8") for v in values], dtype=np.object_), "BYTES"))
     if not options.split_sentences:  # sent only when it differs from the server's default
         inputs.append((C.INPUT_SPLIT_SENTENCES, np.array([False]), "BOOL"))
+    if options.early_stopping:  # likewise: a server older than the input never sees it unasked
+        inputs.append((C.INPUT_EARLY_STOPPING, np.array([True]), "BOOL"))
     outputs = [C.OUTPUT_TRANSLATION, C.OUTPUT_SCORE]
     if options.nbest:
         outputs += [C.OUTPUT_NBEST_TRANSLATION, C.OUTPUT_NBEST_SCORE]

@@ -89,7 +89,9 @@ class Translator(BaseTranslator[Generator[list[Translation], None, None]]):
         ``target_lang`` (a server of several language pairs), ``on_error`` ("raise" or
         "return", see the class), ``split_sentences`` (default True: an input of several
         sentences is translated sentence by sentence and put back together with its own
-        spacing; False sends each input to the model whole). Raises a TranslationError subclass (see
+        spacing; False sends each input to the model whole), ``early_stopping`` (True: each
+        sentence's search stops once ``beam_size`` hypotheses have finished, fewer steps; a few
+        translations differ from the default rule's). Raises a TranslationError subclass (see
         ``nmtserve.client.errors``) unless every sentence got its translation.
         """
         results = list(self.translate_iter(texts, **args))

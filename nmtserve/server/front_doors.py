@@ -65,7 +65,7 @@ class DocumentModel(_FrontDoor):
             try:  # copied out here: the inputs are freed when execute returns
                 text, fmt = _document_input(request)
                 options = {name: np.array(value) for name in (c.BEAM_SIZE, c.MAX_LENGTH, c.LENGTH_PENALTY,
-                                                              c.SOURCE_LANG, c.TARGET_LANG)
+                                                              c.EARLY_STOPPING, c.SOURCE_LANG, c.TARGET_LANG)
                            if (value := stub.input_array(request, name)) is not None}
                 if not self.routed and (c.SOURCE_LANG in options or c.TARGET_LANG in options):
                     raise InputError(f"this server serves one model without language pairs: leave {c.SOURCE_LANG} "

@@ -104,9 +104,11 @@ def parse_search_options(inputs: Mapping[str, np.ndarray | None], spec: ModelSpe
     if not math.isfinite(penalty) or abs(penalty) > c.LENGTH_PENALTY_LIMIT:
         raise InputError(f"LENGTH_PENALTY must be a finite number in [-{c.LENGTH_PENALTY_LIMIT:g}, "
                          f"{c.LENGTH_PENALTY_LIMIT:g}], got {penalty}")
+    chosen = dict(beam_size=beam, num_hypotheses=nbest, length_penalty=penalty,
+                  early_stopping=parse_bool(c.EARLY_STOPPING, inputs.get(c.EARLY_STOPPING), default=False))
     if max_length is None:  # the export's length rule
-        return spec.search_options(beam_size=beam, num_hypotheses=nbest, length_penalty=penalty)
-    return SearchOptions(beam_size=beam, num_hypotheses=nbest, length_penalty=penalty, max_length=max_length)
+        return spec.search_options(**chosen)
+    return SearchOptions(**chosen, max_length=max_length)
 
 
 def parse_sources(src: np.ndarray | None, lengths: np.ndarray | None, spec: ModelSpec) -> list[list[int]]:
@@ -324,13 +326,18 @@ def tokenize_request(tokenizer, texts: Sequence[str], spec: ModelSpec, *, prefix
     }
 
 
+def parse_bool(name: str, value: np.ndarray | None, default: bool) -> bool:
+    """A [1] boolean input (an integer 0/1 is taken too); ``default`` when it is left out."""
+    if value is None or value.size == 0:
+        return default
+    if value.size != 1 or value.dtype.kind not in "biu":
+        raise InputError(f"{name} must hold one boolean, got shape {list(value.shape)} of {value.dtype}")
+    return bool(value.reshape(-1)[0])
+
+
 def parse_split(value: np.ndarray | None) -> bool:
     """SPLIT_SENTENCES [1] (bool; default true)."""
-    if value is None or value.size == 0:
-        return True
-    if value.size != 1 or value.dtype.kind not in "biu":
-        raise InputError(f"{c.SPLIT_SENTENCES} must hold one boolean, got shape {list(value.shape)} of {value.dtype}")
-    return bool(value.reshape(-1)[0])
+    return parse_bool(c.SPLIT_SENTENCES, value, default=True)
 
 
 def join_pieces(texts: np.ndarray, scores: np.ndarray, counts: np.ndarray | None,
