@@ -174,13 +174,14 @@ class _Shared:
     src_bias: str  # (B, 1, 1, S): 0 at the source's real tokens, MASK_FILTER elsewhere
     bkhd: str  # [B, K, h, d_k]
     past_bias: str  # (N, 1, T): 0 at the past's real times, MASK_FILTER elsewhere
-    eye: str  # (h, h, 1) identity: the block-diagonal query and the diagonal of the mixed values
+    eye: str  # (h, h, 1) identity: the block-diagonal query
     n1hd: str  # [-1, 1, h, d_k]
     nhd: str  # [-1, h, d]
-    nhhd: str  # [-1, h, h, d_k]
+    n_hh_dk: str  # [-1, h * h, d_k]
+    diagonal: str  # [0, h + 1, 2h + 2, ...]: the diagonal blocks of (h * h, d_k)
+    nd1: str  # [-1, d, 1]
     nh_dk: str  # [-1, h, d_k]
     axis1: str  # [1]
-    axis2: str  # [2]
     last_axis: str  # [-1]
     zero_1: str  # [0]
     minus1: str  # [-1]
@@ -215,8 +216,8 @@ def _shared(b: _Builder, d: int, h: int, n_layers: int) -> _Shared:
     return _Shared(flat_d=flat_d, bk=bk, rows=rows, past_key=past_key, past_value=past_value,
                    src_bias=src_bias, bkhd=bkhd, past_bias=bias, eye=b.const("/shape/eye", np.eye(h, dtype=np.float32)[:, :, None]),
                    n1hd=b.ints("/shape/n1hd", [-1, 1, h, d_k]), nhd=b.ints("/shape/nhd", [-1, h, d]),
-                   nhhd=b.ints("/shape/nhhd", [-1, h, h, d_k]), nh_dk=b.ints("/shape/nh_dk", [-1, h, d_k]), axis1=axis1,
-                   axis2=b.ints("/shape/axis2", [2]), last_axis=b.ints("/shape/last_axis", [-1]), zero_1=b.ints("/shape/zero_1", [0]),
+                   n_hh_dk=b.ints("/shape/n_hh_dk", [-1, h * h, d_k]), diagonal=b.ints("/shape/diagonal", [j * (h + 1) for j in range(h)]),
+                   nd1=b.ints("/shape/nd1", [-1, d, 1]), nh_dk=b.ints("/shape/nh_dk", [-1, h, d_k]), axis1=axis1, last_axis=b.ints("/shape/last_axis", [-1]), zero_1=b.ints("/shape/zero_1", [0]),
                    minus1=b.ints("/shape/minus1_b", [-1]), end=b.ints("/shape/end", [np.iinfo(np.int64).max]))
 
 
@@ -272,15 +273,16 @@ def _self_attention(b: _Builder, shared: _Shared, attn, y: str, i: int, d: int, 
     q_blocks = b.one("Reshape", [q_blocks, shared.nhd], f"{p}/self_attn/q_nhd")  # (N, h, d)
     s_past = b.one("FusedMatMul", [q_blocks, past_k], f"{p}/self_attn/scores_past", domain=CONTRIB, transB=1)  # (N, h, T)
     s_past = b.one("Add", [s_past, shared.past_bias], f"{p}/self_attn/scores_masked")
-    q_h, k_h, v_h = (b.one("Reshape", [t, shared.nh_dk], f"{p}/self_attn/{n}_heads") for t, n in ((q, "q"), (k, "k"), (v, "v")))
-    s_new = b.one("ReduceSum", [b.one("Mul", [q_h, k_h], f"{p}/self_attn/qk_new"), shared.last_axis], f"{p}/self_attn/scores_new",
-                  keepdims=1)  # (N, h, 1)
+    # The new entry's score against the same block-diagonal query: (N, h, d) @ (N, d, 1).
+    s_new = b.one("MatMul", [q_blocks, b.one("Reshape", [k, shared.nd1], f"{p}/self_attn/k_new_column")],
+                  f"{p}/self_attn/scores_new")  # (N, h, 1)
     probs = b.one("Softmax", [b.one("Concat", [s_past, s_new], f"{p}/self_attn/scores", axis=-1)], f"{p}/self_attn/probs", axis=-1)
     p_past = b.one("Slice", [probs, shared.zero_1, shared.minus1, shared.last_axis], f"{p}/self_attn/probs_past")
     p_new = b.one("Slice", [probs, shared.minus1, shared.end, shared.last_axis], f"{p}/self_attn/probs_new")
     mixed = b.one("MatMul", [p_past, past_v], f"{p}/self_attn/mixed")  # (N, h, d): block j of row j is head j's
-    mixed = b.one("Mul", [b.one("Reshape", [mixed, shared.nhhd], f"{p}/self_attn/mixed_blocks"), shared.eye], f"{p}/self_attn/diagonal")
-    out = b.one("ReduceSum", [mixed, shared.axis2], f"{p}/self_attn/out_past", keepdims=0)  # (N, h, d_k)
+    mixed = b.one("Reshape", [mixed, shared.n_hh_dk], f"{p}/self_attn/mixed_blocks")  # (N, h * h, d_k)
+    out = b.one("Gather", [mixed, shared.diagonal], f"{p}/self_attn/out_past", axis=1)  # blocks (j, j): (N, h, d_k)
+    v_h = b.one("Reshape", [v, shared.nh_dk], f"{p}/self_attn/v_heads")
     out = b.one("Add", [out, b.one("Mul", [p_new, v_h], f"{p}/self_attn/out_new")], f"{p}/self_attn/out")
     return b.one("Reshape", [out, shared.flat_d], f"{p}/self_attn/flat"), k, v
 
