@@ -104,11 +104,11 @@ def parse_search_options(inputs: Mapping[str, np.ndarray | None], spec: ModelSpe
     if not math.isfinite(penalty) or abs(penalty) > c.LENGTH_PENALTY_LIMIT:
         raise InputError(f"LENGTH_PENALTY must be a finite number in [-{c.LENGTH_PENALTY_LIMIT:g}, "
                          f"{c.LENGTH_PENALTY_LIMIT:g}], got {penalty}")
-    chosen = dict(beam_size=beam, num_hypotheses=nbest, length_penalty=penalty,
-                  early_stopping=parse_bool(c.EARLY_STOPPING, inputs.get(c.EARLY_STOPPING), default=False))
+    early = parse_bool(c.EARLY_STOPPING, inputs.get(c.EARLY_STOPPING), default=False)
     if max_length is None:  # the export's length rule
-        return spec.search_options(**chosen)
-    return SearchOptions(**chosen, max_length=max_length)
+        return spec.search_options(beam_size=beam, num_hypotheses=nbest, length_penalty=penalty, early_stopping=early)
+    return SearchOptions(beam_size=beam, num_hypotheses=nbest, length_penalty=penalty, early_stopping=early,
+                         max_length=max_length)
 
 
 def parse_sources(src: np.ndarray | None, lengths: np.ndarray | None, spec: ModelSpec) -> list[list[int]]:
