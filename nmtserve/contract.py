@@ -23,7 +23,7 @@ LENGTH_PENALTY = "LENGTH_PENALTY"  # [1] optional: score = sum log p / length **
 NUM_HYPOTHESES = "NUM_HYPOTHESES"  # [1] optional: n-best size k, 1..beam (default 1)
 # [1] optional bool, default false: a sentence's search stops as soon as beam_size hypotheses have
 # finished (transformers' early_stopping=True, near CTranslate2's patience=1 rule) instead of when
-# no running beam can still beat them: fewer steps, a few translations differ (README, "Speed")
+# no running beam can still beat them: fewer steps; a few translations differ (README, the contract table)
 EARLY_STOPPING = "EARLY_STOPPING"
 TRANSLATION = "TRANSLATION"  # [n] best translation, same order as TEXT
 SCORE = "SCORE"  # [n] its length-normalised log-probability
