@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -118,7 +120,7 @@ def test_greedy_request_equals_the_greedy_reference(grpc, demo_checkpoint, refer
 
 
 def test_early_stopping_equals_the_reference_decode_with_transformers_early_stopping(demo_server, demo_checkpoint,
-                                                                                     demo_sentences):
+                                                                                     demo_sentences, tmp_path):
     """EARLY_STOPPING (client ``early_stopping=True``, CLI ``--early-stopping``): each sentence stops
     once beam_size hypotheses have finished; the served output is the PyTorch reference decode
     with transformers' ``early_stopping=True``, and the default stays the full rule."""
@@ -134,6 +136,12 @@ def test_early_stopping_equals_the_reference_decode_with_transformers_early_stop
     with Translator(demo_server.urls.grpc_address) as client:
         assert [r.text for r in client.translate(texts, early_stopping=True)] == early
         assert [r.text for r in client.translate(texts)] == full
+    path = tmp_path / "in.txt"
+    path.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    cli = subprocess.run([sys.executable, "-m", "nmtserve.cli", "translate", "--url", demo_server.urls.grpc_address,
+                          "--early-stopping", str(path)], capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 0, cli.stderr[-2000:]
+    assert cli.stdout.splitlines() == early
     flag = grpcclient.InferInput("EARLY_STOPPING", [1], "BOOL")
     flag.set_data_from_numpy(np.array([True]))
     grpc_client = grpcclient.InferenceServerClient(demo_server.urls.grpc_address)
