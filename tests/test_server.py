@@ -136,6 +136,10 @@ def test_early_stopping_equals_the_reference_decode_with_transformers_early_stop
     with Translator(demo_server.urls.grpc_address) as client:
         assert [r.text for r in client.translate(texts, early_stopping=True)] == early
         assert [r.text for r in client.translate(texts)] == full
+        # A document takes it too: a sentence the two rules translate differently.
+        i = next(i for i, (a, b) in enumerate(zip(early, full, strict=True)) if a != b)
+        assert client.translate_document(texts[i], early_stopping=True) == early[i]
+        assert client.translate_document(texts[i]) == full[i]
     path = tmp_path / "in.txt"
     path.write_text("\n".join(texts) + "\n", encoding="utf-8")
     cli = subprocess.run([sys.executable, "-m", "nmtserve.cli", "translate", "--url", demo_server.urls.grpc_address,

@@ -126,6 +126,7 @@ class _CallArgs(TypedDict, total=False):
     max_length: int | None
     length_penalty: float | None
     source_lang: str | None
+    early_stopping: bool | None
 
 
 class DocumentArgs(_CallArgs, total=False):
@@ -144,7 +145,6 @@ class TranslateArgs(_CallArgs, total=False):
     target_lang: str | Sequence[str] | None
     target_prefix: str | Sequence[str] | None
     split_sentences: bool
-    early_stopping: bool | None
 
 
 def options_from(method: str, args: Mapping[str, Any], accepted: type) -> Options:
