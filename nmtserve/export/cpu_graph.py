@@ -40,7 +40,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from .. import graphs
 from ..model.transformer import Transformer
-from .onnx_export import EXTERNAL_DATA_BYTES, data_file
+from .onnx_export import EXTERNAL_DATA_BYTES, data_file, save_with_external_data
 
 # ONNX Runtime's contrib domain: FusedMatMul (a transposed B), Gelu.
 CONTRIB = "com.microsoft"
@@ -56,7 +56,7 @@ class UnsupportedModel(ValueError):
 
 
 class _Builder:
-    """Nodes, initializers and a counter for unique names."""
+    """Nodes and initializers, each name written once."""
 
     def __init__(self) -> None:
         self.nodes: list[onnx.NodeProto] = []
@@ -141,8 +141,8 @@ def build_cpu_decoder(model: Transformer, path: Path, max_beam: int = graphs.DEF
                              norms[3 * i + 3] if c.pre_norm else layer.sub_ffn.norm, c.pre_norm)
         _outputs(b, model, y, new_k, new_v, dims, shared)
 
-    inputs = [helper.make_tensor_value_info(t.name, _onnx_type(t.dtype), list(t.axes)) for t in graphs.decoder_inputs(dims)]
-    outputs = [helper.make_tensor_value_info(t.name, _onnx_type(t.dtype), list(t.axes)) for t in graphs.decoder_outputs(dims)]
+    inputs = [_value_info(t) for t in graphs.decoder_inputs(dims)]
+    outputs = [_value_info(t) for t in graphs.decoder_outputs(dims)]
     graph = helper.make_graph(b.nodes, "nmtserve_decoder_cpu", inputs, outputs, b.inits, value_info=b.value_info)
     onnx_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(CONTRIB, 1)],
                                    producer_name="nmtserve", doc_string="decoder step, fused for ONNX Runtime's CPU provider")
@@ -151,15 +151,16 @@ def build_cpu_decoder(model: Transformer, path: Path, max_beam: int = graphs.DEF
     data_file(path).unlink(missing_ok=True)
     weights = sum(t.ByteSize() for t in b.inits)
     if weights >= external_data_bytes:
-        onnx.save_model(onnx_model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=data_file(path).name, size_threshold=1024)
+        save_with_external_data(onnx_model, path)
     else:
         onnx.save_model(onnx_model, str(path))
     return path
 
 
-def _onnx_type(dtype: str) -> int:
-    return {"float": TensorProto.FLOAT, "int32": TensorProto.INT32, "bool": TensorProto.BOOL}[dtype]
+def _value_info(t: graphs.Tensor) -> onnx.ValueInfoProto:
+    """A contract tensor as a graph input or output (float32: this graph's precision)."""
+    return helper.make_tensor_value_info(t.name, helper.np_dtype_to_tensor_dtype(np.dtype(graphs.resolve_dtype(t))),
+                                         list(t.axes))
 
 
 @dataclass(frozen=True)
@@ -192,8 +193,9 @@ def _shared(b: _Builder, d: int, h: int, n_layers: int) -> _Shared:
     flat_d, axis1 = b.ints("/shape/flat_d", [-1, d]), b.ints("/shape/axis1", [1])
     bk = b.one("Shape", ["input_ids"], "/shape/bk")
     bkt = b.one("Shape", ["cache_rows"], "/shape/bkt")
-    nt = b.one("Concat", [b.ints("/shape/minus1", [-1]), b.one("Slice", [bkt, b.ints("/shape/2", [2]), b.ints("/shape/3", [3])],
-                                                                 "/shape/t")], "/shape/nt", axis=0)
+    t_len = b.one("Slice", [bkt, b.ints("/shape/2", [2]), b.ints("/shape/3", [3])], "/shape/t")  # [T]
+    minus1 = b.ints("/shape/minus1", [-1])
+    nt = b.one("Concat", [minus1, t_len], "/shape/nt", axis=0)
     # (time t, cache row r, layer 0) is row (t * R + r) * L of the cache viewed as (T * R * L, d).
     past_shape = b.one("Shape", ["past_key"], "/shape/past")
     zero, one = b.const("/shape/zero", np.asarray(0, np.int64)), b.const("/shape/one", np.asarray(1, np.int64))
@@ -206,8 +208,7 @@ def _shared(b: _Builder, d: int, h: int, n_layers: int) -> _Shared:
     bias = b.one("Where", ["past_mask", b.const("/past_bias/real", np.asarray(0, np.float32)),
                                         b.const("/past_bias/masked", np.asarray(MASK_FILTER, np.float32))], "/past_bias/bt")
     bias = b.one("Expand", [b.one("Unsqueeze", [bias, axis1], "/past_bias/b1t"), bkt], "/past_bias/bkt")
-    n1t = b.one("Concat", [b.ints("/shape/minus1_1", [-1, 1]), b.one("Slice", [bkt, b.ints("/shape/2b", [2]), b.ints("/shape/3b", [3])],
-                                                                       "/shape/t_b")], "/shape/n1t", axis=0)
+    n1t = b.one("Concat", [b.ints("/shape/minus1_1", [-1, 1]), t_len], "/shape/n1t", axis=0)
     bias = b.one("Reshape", [bias, n1t], "/past_bias/n1t")
     src_bias = b.one("Where", ["src_mask", "/past_bias/real", "/past_bias/masked"], "/src_bias/bs")
     src_bias = b.one("Unsqueeze", [src_bias, b.ints("/shape/axes12", [1, 2])], "/src_bias/b11s")
@@ -218,7 +219,7 @@ def _shared(b: _Builder, d: int, h: int, n_layers: int) -> _Shared:
                    n1hd=b.ints("/shape/n1hd", [-1, 1, h, d_k]), nhd=b.ints("/shape/nhd", [-1, h, d]),
                    n_hh_dk=b.ints("/shape/n_hh_dk", [-1, h * h, d_k]), diagonal=b.ints("/shape/diagonal", [j * (h + 1) for j in range(h)]),
                    nd1=b.ints("/shape/nd1", [-1, d, 1]), nh_dk=b.ints("/shape/nh_dk", [-1, h, d_k]), axis1=axis1, last_axis=b.ints("/shape/last_axis", [-1]), zero_1=b.ints("/shape/zero_1", [0]),
-                   minus1=b.ints("/shape/minus1_b", [-1]), end=b.ints("/shape/end", [np.iinfo(np.int64).max]))
+                   minus1=minus1, end=b.ints("/shape/end", [np.iinfo(np.int64).max]))
 
 
 def _embed(b: _Builder, model: Transformer, shared: _Shared) -> str:

@@ -27,6 +27,14 @@ def data_file(graph: Path) -> Path:
     return graph.with_name(graph.name + ".data")
 
 
+def save_with_external_data(model, path: Path) -> None:
+    """Write the ONNX ``model`` to ``path`` with its weights in one file beside it (``data_file``)."""
+    import onnx  # noqa: PLC0415 - a dependency of torch.onnx.export anyway
+
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=data_file(path).name, size_threshold=1024)
+
+
 def graph_files(graph: Path) -> list[Path]:
     """The files of an exported graph: the ONNX file, and its weights file if it has one."""
     return [graph, *([data_file(graph)] if data_file(graph).is_file() else [])]
@@ -118,9 +126,7 @@ def _export(module: nn.Module, args: tuple, path: Path, inputs: list[graphs.Tens
             return
         import onnx  # noqa: PLC0415 - a dependency of torch.onnx.export anyway
 
-        model = onnx.load(str(exported))  # with the weights, wherever the exporter put them
-        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=data_file(path).name, size_threshold=1024)
+        save_with_external_data(onnx.load(str(exported)), path)  # the weights, wherever the exporter put them
         log.info("%s: %.2f GB of weights in %s", path.name, weights / 1e9, data_file(path).name)
 
 
