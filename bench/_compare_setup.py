@@ -23,8 +23,9 @@ from _common import (  # noqa: E402
 log = logging.getLogger("bench.compare")
 
 
-ROWS = ("served", "served-int8", "served-early", "served-int8-early", "engine", "pytorch", "transformers", "ct2",
-        "ct2-int8")
+# nmtserve's own rows: the served repositories (fp32, int8, each with EARLY_STOPPING too) and the engine.
+NMTSERVE_ROWS = ("served", "served-int8", "served-early", "served-int8-early", "engine")
+ROWS = (*NMTSERVE_ROWS, "pytorch", "transformers", "ct2", "ct2-int8")
 
 
 SCENARIOS = ("bulk", "serving", "latency")

@@ -113,6 +113,7 @@ from _compare_setup import (  # noqa: E402
     COUNTS,
     CT2_ROWS,
     MAX_SENTENCES,
+    NMTSERVE_ROWS,
     QUICK_COUNTS,
     ROWS,
     SCENARIOS,
@@ -148,9 +149,7 @@ def bench_size(size: Size, tmp: Path, args, results: Results) -> None:
     """References first, CT2 before, served, engine, CT2 after (the fairness rule)."""
     wanted, beams = args.rows, args.beams
     repo = repo_int8 = None
-    if {"served", "engine"} & set(wanted):
-        repo = export_repository(size, tmp / "repository", args.threads)
-    if "served-early" in wanted and repo is None:
+    if {"served", "served-early", "engine"} & set(wanted):
         repo = export_repository(size, tmp / "repository", args.threads)
     if {"served-int8", "served-int8-early"} & set(wanted):
         repo_int8 = export_repository(size, tmp / "repository-int8", args.threads, precision="int8")
@@ -170,12 +169,11 @@ def bench_size(size: Size, tmp: Path, args, results: Results) -> None:
     if args.rounds > 1:
         for row in (r for r in SLOW_ROWS if r in wanted and r not in size.not_applicable):
             run_row(results, size, runners[row], row, beams, "only")
-        fast = [r for r in ("served", "served-int8", "served-early", "served-int8-early", "engine", *ct2)
-                if r in wanted and r not in size.not_applicable]
+        fast = [r for r in (*NMTSERVE_ROWS, *ct2) if r in wanted and r not in size.not_applicable]
         run_rounds(results, size, {r: runners[r] for r in fast}, beams, args.rounds)
         return
     plan = ([(r, "only") for r in SLOW_ROWS if r in wanted] + [(r, "before") for r in ct2]
-            + [(r, "only") for r in ("served", "served-int8", "served-early", "served-int8-early", "engine") if r in wanted]
+            + [(r, "only") for r in NMTSERVE_ROWS if r in wanted]
             + [(r, "after") for r in ct2])
     for row, pass_name in plan:
         if row in size.not_applicable:
