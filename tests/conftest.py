@@ -84,6 +84,18 @@ def demo_repository(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def demo_int8_repository(tmp_path_factory) -> Path:
+    """The demo exported in int8 through the CLI (quality gate on 200 held-out sentences)."""
+    from nmtserve.cli import main
+
+    repo = tmp_path_factory.mktemp("int8") / "model_repository"
+    code = main(["export", str(DEMO), "--repository", str(repo), "--precision", "int8", "--parity-sentences", "10",
+                 "--gate-sentences", "200", "--max-source-len", "128", "--max-target-len", "128", "--max-batch", "32"])
+    assert code == 0, "int8 export failed"
+    return repo
+
+
+@pytest.fixture(scope="session")
 def demo_server(demo_repository):
     from nmtserve.server.launcher import ServerConfig, TritonServer
 

@@ -103,7 +103,7 @@ def test_a_fused_step_equals_pytorchs_decode_step(tmp_path, layout):
 
 def test_the_fused_graph_keeps_the_decoder_contract_with_fewer_nodes(tmp_path):
     """Same inputs and outputs (names, types, symbolic axes) as the portable export, with about a
-    third of its nodes as written and under 80% after ONNX Runtime's own optimizer (at one
+    third of its nodes as written and under 85% after ONNX Runtime's own optimizer (at one
     sentence each node is a few microseconds of overhead)."""
     model = _model()
     fused = onnx.load(str(build_cpu_decoder(model, tmp_path / "fused.onnx")))
@@ -124,7 +124,9 @@ def test_the_fused_graph_keeps_the_decoder_contract_with_fewer_nodes(tmp_path):
         return len(onnx.load(so.optimized_model_filepath).graph.node)
 
     fused_nodes, portable_nodes = optimized_nodes(tmp_path / "fused.onnx"), optimized_nodes(tmp_path / "portable.onnx")
-    assert fused_nodes <= 0.8 * portable_nodes, (fused_nodes, portable_nodes)
+    # (0.85: the self-attention softmax is six nodes, its sum in float64 so that a row's result does not
+    # depend on where its past sits in the batch's window: cpu_graph._softmax_in_any_window)
+    assert fused_nodes <= 0.85 * portable_nodes, (fused_nodes, portable_nodes)
 
 
 def test_int8_quantizes_every_weight_matmul_of_the_fused_graph(tmp_path):
@@ -135,7 +137,7 @@ def test_int8_quantizes_every_weight_matmul_of_the_fused_graph(tmp_path):
     names = weight_matmuls(onnx.load(str(path)))
     assert len(names) == 6 * 3 + 1
     result = quantize_int8(path, tmp_path / "int8.onnx", keep_fp32=("output",))
-    assert result.quantized == 6 * 3 and result.kept == ["/generator/MatMul"]
+    assert result.quantized == 6 * 3 and result.kept == ["/generator/Gemm"]  # tied: the table, transposed
     assert sum("_proj" in n for n in names) == 4 * 3 and sum("/ffn/" in n for n in names) == 2 * 3
     session = ort.InferenceSession(str(result.path), session_options(1), providers=["CPUExecutionProvider"])
     feeds = _feeds(model, 2, 3, 4, 5, seed=0)

@@ -277,7 +277,7 @@ def _self_attention(b: _Builder, shared: _Shared, attn, y: str, i: int, d: int, 
     # The new entry's score against the same block-diagonal query: (N, h, d) @ (N, d, 1).
     s_new = b.one("MatMul", [q_blocks, b.one("Reshape", [k, shared.nd1], f"{p}/self_attn/k_new_column")],
                   f"{p}/self_attn/scores_new")  # (N, h, 1)
-    probs = b.one("Softmax", [b.one("Concat", [s_past, s_new], f"{p}/self_attn/scores", axis=-1)], f"{p}/self_attn/probs", axis=-1)
+    probs = _softmax_in_any_window(b, b.one("Concat", [s_past, s_new], f"{p}/self_attn/scores", axis=-1), f"{p}/self_attn/probs")
     p_past = b.one("Slice", [probs, shared.zero_1, shared.minus1, shared.last_axis], f"{p}/self_attn/probs_past")
     p_new = b.one("Slice", [probs, shared.minus1, shared.end, shared.last_axis], f"{p}/self_attn/probs_new")
     mixed = b.one("MatMul", [p_past, past_v], f"{p}/self_attn/mixed")  # (N, h, d): block j of row j is head j's
@@ -286,6 +286,22 @@ def _self_attention(b: _Builder, shared: _Shared, attn, y: str, i: int, d: int, 
     v_h = b.one("Reshape", [v, shared.nh_dk], f"{p}/self_attn/v_heads")
     out = b.one("Add", [out, b.one("Mul", [p_new, v_h], f"{p}/self_attn/out_new")], f"{p}/self_attn/out")
     return b.one("Reshape", [out, shared.flat_d], f"{p}/self_attn/flat"), k, v
+
+
+def _softmax_in_any_window(b: _Builder, scores: str, name: str) -> str:
+    """Softmax over the last axis whose result does not depend on where a row's real entries sit.
+
+    A hypothesis' past sits at the times since its sentence joined the running batch: alone from
+    time 0, in a batch from whatever step it joined, with masked entries before. ``Softmax``'s
+    vectorized sum groups the entries by their offset, so the same scores summed at another
+    offset round differently (1e-7 in the demo's scores, enough to flip an int8 activation code
+    downstream). The sum here is taken in float64 and rounded once to float32: the same float32
+    whatever the order, bar a double rounding on a tie (about 2e-9 of sums)."""
+    top = b.one("ReduceMax", [scores], f"{name}/max", axes=[-1], keepdims=1)
+    e = b.one("Exp", [b.one("Sub", [scores, top], f"{name}/shifted")], f"{name}/exp")
+    total = b.one("ReduceSum", [b.one("Cast", [e], f"{name}/exp64", to=TensorProto.DOUBLE), b.ints(f"{name}/axis", [-1])],
+                  f"{name}/sum64", keepdims=1)
+    return b.one("Div", [e, b.one("Cast", [total], f"{name}/sum", to=TensorProto.FLOAT)], name)
 
 
 def _cross_attention(b: _Builder, shared: _Shared, attn, y: str, i: int, d: int, h: int, p: str) -> str:
@@ -327,7 +343,10 @@ def _residual(b: _Builder, out: str, proj: torch.nn.Linear, name: str, x: str, n
 def _outputs(b: _Builder, model: Transformer, y: str, new_k: list[str], new_v: list[str], dims: graphs.Dims,
              shared: _Shared) -> None:
     gen = model.generator
-    logits = b.one("MatMul", [y, b.const("generator.weight_t", _weight_t(gen))], "/generator/MatMul")
+    if gen.weight is model.tgt_embed.lut.weight:  # tied: the Gather's own table, held once (and once in int8)
+        logits = b.one("Gemm", [y, "tgt_embed.lut.weight"], "/generator/Gemm", transB=1)
+    else:
+        logits = b.one("MatMul", [y, b.const("generator.weight_t", _weight_t(gen))], "/generator/MatMul")
     if model.config.final_logits_bias:
         logits = b.one("Add", [logits, b.const("final_logits_bias", model.final_logits_bias.float())], "/generator/bias")
     log_probs = b.one("LogSoftmax", [logits], "/log_softmax", axis=-1)

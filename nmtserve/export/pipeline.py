@@ -400,7 +400,8 @@ def _quality_gate(gate: quality.GateSet, ckpt: Checkpoint, spec: ModelSpec, opts
         t = time.monotonic()
         keep = parse_keep(opts.int8_keep_fp32)
         (tmp / "int8").mkdir()
-        quantized = {name: quantize_int8(artifacts[name], tmp / "int8" / name, keep) for name in ("encoder.onnx", "decoder.onnx")}
+        tables = (ckpt.config.src_vocab_size, ckpt.config.tgt_vocab_size)
+        quantized = {name: quantize_int8(artifacts[name], tmp / "int8" / name, keep, tables) for name in ("encoder.onnx", "decoder.onnx")}
         stage("quantize", t)
         t = time.monotonic()
         int8 = OnnxModel(quantized["encoder.onnx"].path, quantized["decoder.onnx"].path, spec)
@@ -409,7 +410,8 @@ def _quality_gate(gate: quality.GateSet, ckpt: Checkpoint, spec: ModelSpec, opts
         del int8
         stage("int8 gate", t)
         report.quality["int8"] = {**checked.to_dict(), "kept_fp32": list(keep),
-                                  "weight_matmuls_int8": sum(q.quantized for q in quantized.values())}
+                                  "weight_matmuls_int8": sum(q.quantized for q in quantized.values()),
+                                  "tables_int8": sum(q.tables for q in quantized.values())}
         if not checked.passed:
             raise ExportError(_gate_failure(checked, keep))
         for q in quantized.values():
