@@ -68,7 +68,7 @@ def test_gate_files_that_do_not_line_up_are_named(tmp_path):
     ({"precision": "bf16"}, "precision must be one of fp32, int8, fp16"),
     ({"gate_reference": Path("r.txt")}, "--gate-reference needs --gate-source"),
     ({"max_bleu_drop": -1.0}, "--max-bleu-drop must be >= 0"),
-    ({"int8_keep_fp32": ("output", "embeddings")}, "unknown group.*embeddings.*choose from output, attention, ffn"),
+    ({"int8_keep_fp32": ("output", "lm_head")}, "unknown group.*lm_head.*choose from output, attention, ffn, embeddings"),
 ])
 def test_option_mistakes_are_refused_before_any_work(changes, message):
     with pytest.raises(ValueError, match=message):
@@ -79,8 +79,11 @@ def test_keep_groups_parse_and_match_the_exported_node_names(demo_repository):
     assert parse_keep("output, ffn,output") == ("ffn", "output")
     decoder = onnx.load(str(demo_repository / "generate" / "1" / "decoder.onnx"), load_external_data=False)
     names = weight_matmuls(decoder)
+    tables = [n.name for n in decoder.graph.node if n.op_type == "Gather" and n.input[0] == "tgt_embed.lut.weight"]
+    assert tables
     for group, pattern in KEEP_GROUPS.items():
-        assert any(pattern in n for n in names), f"no decoder weight MatMul matches the {group!r} group"
+        found = tables if group == "embeddings" else names
+        assert any(pattern in n for n in found), f"no decoder weight MatMul (or table) matches the {group!r} group"
     assert sum(KEEP_GROUPS["output"] in n for n in names) == 1  # exactly the vocabulary projection
 
 
@@ -154,12 +157,12 @@ def _damaged_quantizer(real):
     still run, but translate worse, as a broken quantization would."""
     from onnx import numpy_helper
 
-    def damaged(source, destination, keep_fp32=()):
-        result = real(source, destination, keep_fp32)
+    def damaged(source, destination, keep_fp32=(), tables=()):
+        result = real(source, destination, keep_fp32, tables)
         model = onnx.load(str(destination))
         rng = np.random.default_rng(0)
         for init in model.graph.initializer:
-            if init.name.endswith("_quantized"):
+            if ".int8_" in init.name:
                 w = numpy_helper.to_array(init).copy()
                 flip = rng.random(w.shape) < 0.33
                 w[flip] = -np.clip(w[flip], -127, 127)

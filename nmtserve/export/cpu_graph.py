@@ -40,7 +40,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from .. import graphs
 from ..model.transformer import Transformer
-from .onnx_export import EXTERNAL_DATA_BYTES, data_file, save_with_external_data
+from .onnx_export import EXTERNAL_DATA_BYTES, save_with_external_data
+from .weights import data_file
 
 # ONNX Runtime's contrib domain: FusedMatMul (a transposed B), Gelu.
 CONTRIB = "com.microsoft"

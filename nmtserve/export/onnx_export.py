@@ -12,19 +12,16 @@ from torch import Tensor, nn
 
 from .. import graphs
 from ..model.transformer import Transformer
+from .weights import data_file
 
 log = logging.getLogger(__name__)
 
 # 17: LayerNormalization is a single op (fewer nodes per step, fused by ORT and TensorRT).
 OPSET = 17
-# A graph whose weights pass this is written with its weights in one external data file beside it
-# (``<graph>.onnx.data``): protobuf cannot hold a message of 2 GB (NLLB-200 1.3B and up).
-EXTERNAL_DATA_BYTES = 2**31 - 2**27
-
-
-def data_file(graph: Path) -> Path:
-    """Where a graph's external weights live, when it has them."""
-    return graph.with_name(graph.name + ".data")
+# A graph whose weights reach this is written with its weights in one external data file beside it
+# (``<graph>.onnx.data``): protobuf cannot hold a message of 2 GB (NLLB-200 1.3B and up), and ONNX
+# Runtime maps external weights instead of copying them (``nmtserve.export.weights``).
+EXTERNAL_DATA_BYTES = 2**26
 
 
 def save_with_external_data(model, path: Path) -> None:
@@ -33,11 +30,6 @@ def save_with_external_data(model, path: Path) -> None:
 
     onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
                     location=data_file(path).name, size_threshold=1024)
-
-
-def graph_files(graph: Path) -> list[Path]:
-    """The files of an exported graph: the ONNX file, and its weights file if it has one."""
-    return [graph, *([data_file(graph)] if data_file(graph).is_file() else [])]
 
 
 def dims_of(model: Transformer, max_beam: int = graphs.DEFAULT_MAX_BEAM) -> graphs.Dims:

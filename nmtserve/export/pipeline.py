@@ -7,6 +7,7 @@ stage and the reason, and nothing in the repository is replaced until every chec
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import tempfile
@@ -20,14 +21,15 @@ from .. import contract, graphs
 from ..decoding.search import SearchOptions
 from ..model.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from ..runtime.onnxruntime import OnnxModel
-from ..runtime.spec import SPEC_FILE, ModelSpec, graph_sha256
+from ..runtime.spec import SPEC_FILE, ModelSpec, file_sha256, graph_sha256
 from . import markup, quality
 from .cpu_graph import UnsupportedModel, build_cpu_decoder
 from .lint import lint_file
-from .onnx_export import EXTERNAL_DATA_BYTES, dims_of, export_decoder, export_encoder, graph_files
+from .onnx_export import EXTERNAL_DATA_BYTES, dims_of, export_decoder, export_encoder
 from .parity import ParityReport, check_parity
 from .quantize import parse_keep, quantize_int8
 from .repository import RepositoryOptions, check_layout, write_repository
+from .weights import EXTERNAL_TENSOR_BYTES, SharedWeights, graph_files, rewrite
 
 log = logging.getLogger(__name__)
 
@@ -236,19 +238,21 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
         tmp = Path(tmp_name)
         t = time.monotonic()
         encoder = export_encoder(model, tmp / "encoder.onnx", opts.external_data_bytes)
-        decoder = export_decoder(model, tmp / "decoder.onnx", repo_opts.max_beam, opts.external_data_bytes)
+        decoder = None
+        if (opts.decoder_graph or ("fused" if opts.target == "cpu" else "portable")) == "fused":
+            # The fused graph is written from the weights: the portable export (the largest
+            # memory peak of an export) is only made where it is served.
+            decoder = _fused_decoder(model, tmp, repo_opts.max_beam, opts, report)
+        if decoder is None:
+            decoder = export_decoder(model, tmp / "decoder.onnx", repo_opts.max_beam, opts.external_data_bytes)
         stage("onnx", t)
 
-        t = time.monotonic()
-        findings = [f"{p.name}: {f}" for p in (encoder, decoder) for f in lint_file(p)]
+        t = time.monotonic()  # the graphs TensorRT may build: the encoder, and the portable decoder when served
+        findings = [f"{p.name}: {f}" for p in (encoder, decoder) if p.parent == tmp for f in lint_file(p)]
         report.lint = findings
         if findings:
             raise ExportError("TensorRT lint failed:\n  " + "\n  ".join(findings))
         stage("lint", t)
-        if (opts.decoder_graph or ("fused" if opts.target == "cpu" else "portable")) == "fused":
-            t = time.monotonic()
-            decoder = _fused_decoder(model, decoder, tmp, repo_opts.max_beam, opts, report)
-            stage("fuse", t)
 
         d = dims_of(model, repo_opts.max_beam)
         files, artifacts = _tokenizer_artifacts(ckpt.tokenizer, tmp, ckpt.path)
@@ -283,6 +287,7 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
                 repo_opts = _probe_markup(held, fp32, ckpt, spec.search_options(), opts, report, repo_opts, stage)
                 del fp32
 
+        spec = _lay_out_weights(artifacts, spec, tmp, opts.external_data_bytes)
         t = time.monotonic()
         write_repository(opts.repository, d, artifacts, repo_opts)
         stage("write", t)
@@ -299,9 +304,33 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
     return report
 
 
-def _fused_decoder(model, portable: Path, tmp: Path, max_beam: int, opts: ExportOptions, report: ExportReport) -> Path:
-    """The CPU decoder graph (checked by the parity stage like any other), or the portable graph
-    with a note when this builder does not cover the model."""
+def _lay_out_weights(artifacts: dict[str, Path], spec: ModelSpec, tmp: Path, external_bytes: int) -> ModelSpec:
+    """The served graphs' weights as ``nmtserve.export.weights`` lays them out: once the graphs'
+    weights reach ``external_bytes``, every large tensor in a data file beside its graph at an
+    aligned offset (mapped by ONNX Runtime, not copied), and a tensor both graphs hold (a shared
+    vocabulary table) in the encoder's file only. Updates ``artifacts``; the spec with the new hashes."""
+    names = ("encoder.onnx", "decoder.onnx")
+    files = {name: graph_files(artifacts[name]) for name in names}
+    if sum(f.stat().st_size for fs in files.values() for f in fs) < external_bytes:
+        return spec
+    (tmp / "served").mkdir()
+    shared = SharedWeights()
+    min_bytes = min(EXTERNAL_TENSOR_BYTES, max(external_bytes, 1024))  # a forced layout (tests) moves small tensors too
+    for name in names:
+        graph = artifacts[name]
+        for f in files[name]:
+            artifacts.pop(f.name, None)
+        artifacts.update({f.name: f for f in graph_files(rewrite(graph, tmp / "served" / name, shared, min_bytes))})
+    hashes = {name: hashlib.sha256("".join(map(file_sha256, graph_files(artifacts[name]))).encode()).hexdigest()
+              for name in names}
+    spec = dataclasses.replace(spec, hashes=hashes)
+    spec.save(artifacts[SPEC_FILE])
+    return spec
+
+
+def _fused_decoder(model, tmp: Path, max_beam: int, opts: ExportOptions, report: ExportReport) -> Path | None:
+    """The CPU decoder graph (checked by the parity stage like any other), or None with a note when
+    this builder does not cover the model (the portable graph is served)."""
     import onnx  # noqa: PLC0415 - export-only dependency
 
     (tmp / "fused").mkdir()
@@ -309,10 +338,10 @@ def _fused_decoder(model, portable: Path, tmp: Path, max_beam: int, opts: Export
         fused = build_cpu_decoder(model, tmp / "fused" / "decoder.onnx", max_beam, opts.external_data_bytes)
     except UnsupportedModel as exc:
         report.notes.append(f"decoder graph: portable (the fused CPU graph does not cover this model: {exc})")
-        return portable
-    nodes = [len(onnx.load(str(path), load_external_data=False).graph.node) for path in (fused, portable)]
-    report.decoder_graph = (f"decoder graph: fused for ONNX Runtime's CPU provider ({nodes[0]} nodes; the portable "
-                            f"graph TensorRT builds has {nodes[1]})")
+        return None
+    nodes = len(onnx.load(str(fused), load_external_data=False).graph.node)
+    report.decoder_graph = (f"decoder graph: fused for ONNX Runtime's CPU provider ({nodes} nodes; "
+                            "--decoder-graph portable serves the torch export)")
     return fused
 
 
@@ -435,7 +464,7 @@ def _gate_failure(checked: quality.QualityReport, keep: tuple[str, ...]) -> str:
              f"{checked.max_bleu_drop:g}: the repository was not written. Worst sentences:"]
     for w in checked.worst[:3]:
         lines += [f"  [{w['index']}] source: {w['source']}", f"      fp32: {w['fp32']}", f"      int8: {w['int8']}"]
-    more = [g for g in ("output", "attention", "ffn") if g not in keep]
+    more = [g for g in ("output", "embeddings", "attention", "ffn") if g not in keep]
     tries = []
     if more:
         tries.append(f"keep the most sensitive weights in fp32 (--int8-keep-fp32 {','.join([*keep, more[0]])})")

@@ -87,9 +87,9 @@ class SharedWeights:
 
 
 def write_graph(model: onnx.ModelProto, path: Path, source: Path | None = None, external: bool = True,
-                shared: SharedWeights | None = None) -> Path:
-    """Write ``model`` to ``path``; initializers of ``EXTERNAL_TENSOR_BYTES`` and up go to
-    ``data_file(path)`` (``external``), aligned, or point at the same tensor in ``shared``.
+                shared: SharedWeights | None = None, min_bytes: int = EXTERNAL_TENSOR_BYTES) -> Path:
+    """Write ``model`` to ``path``; initializers of ``min_bytes`` and up go to ``data_file(path)``
+    (``external``), aligned, or point at the same tensor in ``shared``.
 
     ``source`` is the folder the model's own external references are relative to (where it was
     loaded from). ``shared`` is updated with what this graph wrote, for the next graph of the folder.
@@ -103,7 +103,7 @@ def write_graph(model: onnx.ModelProto, path: Path, source: Path | None = None, 
     with open(tmp_data, "wb") as out:
         for t in model.graph.initializer:
             array = tensor_array(t, source)
-            if not external or array.nbytes < EXTERNAL_TENSOR_BYTES:
+            if not external or array.nbytes < min_bytes:
                 if _external(t) is not None:
                     t.CopyFrom(numpy_helper.from_array(np.asarray(array), t.name))
                 continue
@@ -136,7 +136,8 @@ def write_graph(model: onnx.ModelProto, path: Path, source: Path | None = None, 
     return path
 
 
-def rewrite(graph: Path, destination: Path, shared: SharedWeights | None = None) -> Path:
+def rewrite(graph: Path, destination: Path, shared: SharedWeights | None = None,
+            min_bytes: int = EXTERNAL_TENSOR_BYTES) -> Path:
     """``graph`` written again at ``destination`` with ``write_graph``'s layout (they may be the same path)."""
     graph, destination = Path(graph), Path(destination)
     model = onnx.load(str(graph), load_external_data=False)
@@ -152,10 +153,10 @@ def rewrite(graph: Path, destination: Path, shared: SharedWeights | None = None)
                         if e.key == "location":
                             e.value = moved.name
             try:
-                return write_graph(model, destination, graph.parent, shared=shared)
+                return write_graph(model, destination, graph.parent, shared=shared, min_bytes=min_bytes)
             finally:
                 moved.unlink(missing_ok=True)
-    return write_graph(model, destination, graph.parent, shared=shared)
+    return write_graph(model, destination, graph.parent, shared=shared, min_bytes=min_bytes)
 
 
 def weight_bytes(files: Iterable[Path]) -> int:
