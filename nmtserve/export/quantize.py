@@ -177,37 +177,24 @@ class _Rewriter:
             self._rows[a] = (codes, scale)
         return self._rows[a]
 
-    def matmul(self, node) -> None:
+    def product(self, node, trans_b: bool) -> None:
+        """MatMul(a, W) or Gemm(a, W[, C]): ``MatMulIntegerToFloat`` on W per column; with ``transB``
+        (W a [N, K] table, shared with its Gather) ``QGemm`` on W per row. Then the row's scale,
+        then C."""
         codes, scale = self.rows(node.input[0], node.name)
-        w, ws = self.weight(node.input[1], 0)
-        y = self.node("MatMulIntegerToFloat", [codes, w, self.const("one", np.asarray(1.0, np.float32)), ws,
-                                               self.const("zero_point", np.asarray(ZERO_POINT, np.uint8))],
-                      node.name, domain=CONTRIB)
-        self.node("Mul", [y, scale], node.name, output=node.output[0])
-
-    def gemm_transposed(self, node) -> None:
-        """Gemm(y, W, C, transB=1): W is a [N, K] table, quantized per row (shared with its Gather)."""
-        codes, scale = self.rows(node.input[0], node.name)
-        w, ws = self.weight(node.input[1], 1)
-        rows = self.weights[node.input[1]].dims[0]
-        y = self.node("QGemm", [codes, self.const("one", np.asarray(1.0, np.float32)),
-                                self.const("zero_point", np.asarray(ZERO_POINT, np.uint8)), w, ws,
-                                self.const(f"zeros_{rows}", np.zeros(rows, np.int8))], node.name, domain=CONTRIB, transB=1)
-        out = node.output[0] if len(node.input) < 3 or not node.input[2] else None
-        y = self.node("Mul", [y, scale], node.name, output=out)
-        if out is None:
-            self.node("Add", [y, node.input[2]], node.name, output=node.output[0])
-
-    def gemm(self, node) -> None:
-        codes, scale = self.rows(node.input[0], node.name)
-        w, ws = self.weight(node.input[1], 0)
-        y = self.node("MatMulIntegerToFloat", [codes, w, self.const("one", np.asarray(1.0, np.float32)), ws,
-                                               self.const("zero_point", np.asarray(ZERO_POINT, np.uint8))],
-                      node.name, domain=CONTRIB)
-        out = node.output[0] if len(node.input) < 3 or not node.input[2] else None
-        y = self.node("Mul", [y, scale], node.name, output=out)
-        if out is None:
-            self.node("Add", [y, node.input[2]], node.name, output=node.output[0])
+        one, zero_point = self.const("one", np.asarray(1.0, np.float32)), self.const("zero_point", np.asarray(ZERO_POINT, np.uint8))
+        if trans_b:
+            w, ws = self.weight(node.input[1], 1)
+            rows = self.weights[node.input[1]].dims[0]
+            zeros = self.const(f"zeros_{rows}", np.zeros(rows, np.int8))
+            y = self.node("QGemm", [codes, one, zero_point, w, ws, zeros], node.name, domain=CONTRIB, transB=1)
+        else:
+            w, ws = self.weight(node.input[1], 0)
+            y = self.node("MatMulIntegerToFloat", [codes, w, one, ws, zero_point], node.name, domain=CONTRIB)
+        bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+        y = self.node("Mul", [y, scale], node.name, output=None if bias else node.output[0])
+        if bias:
+            self.node("Add", [y, bias], node.name, output=node.output[0])
 
     def gather(self, node) -> None:
         from onnx import TensorProto  # noqa: PLC0415
@@ -257,8 +244,7 @@ def quantize_int8(source: Path, destination: Path, keep_fp32: Iterable[str] = ()
             rw.gather(node)
             int8_tables += 1
             continue
-        trans_b = node.op_type == "Gemm" and any(a.name == "transB" and a.i for a in node.attribute)
-        (rw.gemm_transposed if trans_b else rw.gemm if node.op_type == "Gemm" else rw.matmul)(node)
+        rw.product(node, trans_b=node.op_type == "Gemm" and any(a.name == "transB" and a.i for a in node.attribute))
         quantized += 1
     used = {i for n in rw.nodes for i in n.input}
     initializers = [t for t in model.graph.initializer if t.name in used] + rw.added

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -138,26 +137,9 @@ def write_graph(model: onnx.ModelProto, path: Path, source: Path | None = None, 
 
 def rewrite(graph: Path, destination: Path, shared: SharedWeights | None = None,
             min_bytes: int = EXTERNAL_TENSOR_BYTES) -> Path:
-    """``graph`` written again at ``destination`` with ``write_graph``'s layout (they may be the same path)."""
+    """``graph`` written again at ``destination`` (another folder) with ``write_graph``'s layout."""
     graph, destination = Path(graph), Path(destination)
+    if destination.parent.resolve() == graph.parent.resolve():
+        raise ValueError(f"rewrite {graph.name}: write it to another folder (its data file would be overwritten while read)")
     model = onnx.load(str(graph), load_external_data=False)
-    if destination.resolve() == graph.resolve():  # its data file is about to be replaced: read it from a copy's view
-        old = data_file(graph)
-        if old.is_file():
-            moved = old.with_name(old.name + ".old")
-            os.replace(old, moved)
-            for t in model.graph.initializer:
-                info = _external(t)
-                if info is not None and info["location"] == old.name:
-                    for e in t.external_data:
-                        if e.key == "location":
-                            e.value = moved.name
-            try:
-                return write_graph(model, destination, graph.parent, shared=shared, min_bytes=min_bytes)
-            finally:
-                moved.unlink(missing_ok=True)
     return write_graph(model, destination, graph.parent, shared=shared, min_bytes=min_bytes)
-
-
-def weight_bytes(files: Iterable[Path]) -> int:
-    return sum(Path(f).stat().st_size for f in files)
