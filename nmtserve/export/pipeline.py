@@ -7,7 +7,6 @@ stage and the reason, and nothing in the repository is replaced until every chec
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import tempfile
@@ -21,7 +20,7 @@ from .. import contract, graphs
 from ..decoding.search import SearchOptions
 from ..model.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from ..runtime.onnxruntime import OnnxModel
-from ..runtime.spec import SPEC_FILE, ModelSpec, file_sha256, graph_sha256
+from ..runtime.spec import SPEC_FILE, ModelSpec, graph_sha256
 from . import markup, quality
 from .cpu_graph import UnsupportedModel, build_cpu_decoder
 from .lint import lint_file
@@ -238,17 +237,15 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
         tmp = Path(tmp_name)
         t = time.monotonic()
         encoder = export_encoder(model, tmp / "encoder.onnx", opts.external_data_bytes)
-        decoder = None
-        if (opts.decoder_graph or ("fused" if opts.target == "cpu" else "portable")) == "fused":
-            # The fused graph is written from the weights: the portable export (the largest
-            # memory peak of an export) is only made where it is served.
-            decoder = _fused_decoder(model, tmp, repo_opts.max_beam, opts, report)
-        if decoder is None:
-            decoder = export_decoder(model, tmp / "decoder.onnx", repo_opts.max_beam, opts.external_data_bytes)
+        # The fused graph is written from the weights: the portable export (the largest memory peak
+        # of an export) is only made where it is served.
+        fused = (_fused_decoder(model, tmp, repo_opts.max_beam, opts, report)
+                 if (opts.decoder_graph or ("fused" if opts.target == "cpu" else "portable")) == "fused" else None)
+        decoder = fused or export_decoder(model, tmp / "decoder.onnx", repo_opts.max_beam, opts.external_data_bytes)
         stage("onnx", t)
 
         t = time.monotonic()  # the graphs TensorRT may build: the encoder, and the portable decoder when served
-        findings = [f"{p.name}: {f}" for p in (encoder, decoder) if p.parent == tmp for f in lint_file(p)]
+        findings = [f"{p.name}: {f}" for p in (encoder, *([] if fused else [decoder])) for f in lint_file(p)]
         report.lint = findings
         if findings:
             raise ExportError("TensorRT lint failed:\n  " + "\n  ".join(findings))
@@ -321,8 +318,7 @@ def _lay_out_weights(artifacts: dict[str, Path], spec: ModelSpec, tmp: Path, ext
         for f in files[name]:
             artifacts.pop(f.name, None)
         artifacts.update({f.name: f for f in graph_files(rewrite(graph, tmp / "served" / name, shared, min_bytes))})
-    hashes = {name: hashlib.sha256("".join(map(file_sha256, graph_files(artifacts[name]))).encode()).hexdigest()
-              for name in names}
+    hashes = {name: graph_sha256(artifacts[name], graph_files(artifacts[name])[1:]) for name in names}
     spec = dataclasses.replace(spec, hashes=hashes)
     spec.save(artifacts[SPEC_FILE])
     return spec

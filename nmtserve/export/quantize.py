@@ -85,6 +85,16 @@ def _weight_of(node, weights: dict):
     return w if w.data_type == TensorProto.FLOAT and len(w.dims) == 2 else None
 
 
+def _table_of(node, weights: dict, rows: set[int]):
+    """The float [V, d] table a Gather (axis 0) reads, V one of ``rows`` (the vocabulary sizes), or None."""
+    from onnx import TensorProto  # noqa: PLC0415
+
+    if node.op_type != "Gather" or node.input[0] not in weights or any(a.name == "axis" and a.i for a in node.attribute):
+        return None
+    t = weights[node.input[0]]
+    return t if t.data_type == TensorProto.FLOAT and len(t.dims) == 2 and t.dims[0] in rows else None
+
+
 def parse_keep(text: str | Iterable[str]) -> tuple[str, ...]:
     """``"output,ffn"`` -> ("ffn", "output"); unknown names raise ValueError naming the choices."""
     items = [t.strip() for t in (text.split(",") if isinstance(text, str) else text) if t.strip()]
@@ -210,8 +220,7 @@ class _Rewriter:
         self.node("Mul", [values, scale], node.name, output=node.output[0])
 
 
-def quantize_int8(source: Path, destination: Path, keep_fp32: Iterable[str] = (), tables: Iterable[int] = (),
-                  external: bool | None = None) -> QuantizeResult:
+def quantize_int8(source: Path, destination: Path, keep_fp32: Iterable[str] = (), tables: Iterable[int] = ()) -> QuantizeResult:
     """Write ``destination``: ``source`` with its weight MatMuls (and its ``Gather`` tables of
     ``tables`` rows: the vocabulary sizes) in int8, except the ``keep_fp32`` groups.
 
@@ -230,9 +239,7 @@ def quantize_int8(source: Path, destination: Path, keep_fp32: Iterable[str] = ()
     quantized = int8_tables = 0
     for node in model.graph.node:
         weight = _weight_of(node, rw.weights)
-        is_table = (node.op_type == "Gather" and node.input[0] in rw.weights and len(rw.weights[node.input[0]].dims) == 2
-                    and rw.weights[node.input[0]].dims[0] in table_rows and rw.weights[node.input[0]].data_type == onnx.TensorProto.FLOAT
-                    and not any(a.name == "axis" and a.i != 0 for a in node.attribute))
+        is_table = _table_of(node, rw.weights, table_rows) is not None
         if weight is None and not is_table:
             rw.nodes.append(node)
             continue
@@ -255,9 +262,7 @@ def quantize_int8(source: Path, destination: Path, keep_fp32: Iterable[str] = ()
     if not any(o.domain == CONTRIB for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(CONTRIB, 1))
     destination.parent.mkdir(parents=True, exist_ok=True)
-    if external is None:
-        external = data_file(source).is_file()
-    write_graph(model, destination, source.parent, external=external)
+    write_graph(model, destination, source.parent, external=data_file(source).is_file())
     result = QuantizeResult(destination, quantized=quantized, kept=kept, tables=int8_tables)
     log.info("%s: %d weight MatMuls and %d vocabulary tables in int8 (rows quantized alone), %d kept in fp32",
              source.name, quantized, int8_tables, len(kept))

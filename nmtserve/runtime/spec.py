@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -90,10 +91,13 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def graph_sha256(graph: Path) -> str:
-    """sha256 of an ONNX graph with its external weights (``<graph>.data``) when it has them: a
-    re-export that changed only the weights changes it too."""
-    data = Path(graph).with_name(Path(graph).name + ".data")
-    if not data.is_file():
+def graph_sha256(graph: Path, data_files: Sequence[Path] | None = None) -> str:
+    """sha256 of an ONNX graph with its external weights: ``data_files`` (every file it reads, its
+    own and a shared one: ``nmtserve.export.weights.graph_files``), or by default ``<graph>.data``
+    when it has one. A re-export that changed only the weights changes it too."""
+    if data_files is None:
+        own = Path(graph).with_name(Path(graph).name + ".data")
+        data_files = [own] if own.is_file() else []
+    if not data_files:
         return file_sha256(graph)
-    return hashlib.sha256((file_sha256(graph) + file_sha256(data)).encode()).hexdigest()
+    return hashlib.sha256("".join(map(file_sha256, [graph, *data_files])).encode()).hexdigest()
