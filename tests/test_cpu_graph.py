@@ -14,7 +14,12 @@ import pytest
 import torch
 
 from nmtserve import graphs
-from nmtserve.export.cpu_graph import CONTRIB, UnsupportedModel, build_cpu_decoder
+from nmtserve.export.cpu_graph import (
+    CONTRIB,
+    UnsupportedModel,
+    build_cpu_decoder,
+    build_cpu_encoder,
+)
 from nmtserve.export.onnx_export import export_decoder
 from nmtserve.export.pipeline import ExportError, ExportOptions, export
 from nmtserve.export.quantize import quantize_int8, weight_matmuls
@@ -101,6 +106,28 @@ def test_a_fused_step_equals_pytorchs_decode_step(tmp_path, layout):
         np.testing.assert_array_equal(out["top_ids"], np.argsort(-out["log_probs"], axis=-1, kind="stable")[..., :m])
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_encoder_written_from_the_weights_equals_pytorchs(tmp_path, layout):
+    model = _model(**LAYOUTS[layout], encoder_layers=2)
+    path = build_cpu_encoder(model, tmp_path / "encoder.onnx")
+    session = ort.InferenceSession(str(path), session_options(1), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    assert names == [t.name for t in graphs.encoder_outputs(graphs.Dims(3, 4, 8, 67))]
+    rng = np.random.default_rng(0)
+    pad, eos = model.config.pad_id, model.config.eos_id
+    for batch, length in [(1, 1), (1, 9), (3, 7), (4, 13)]:
+        src = rng.integers(4, model.config.src_vocab_size, (batch, length)).astype(np.int32)
+        src[:, -1] = eos
+        src[-1, length // 2:] = pad  # a shorter sentence, padded
+        src[-1, length // 2] = eos
+        got = session.run(names, {"src_ids": src})
+        with torch.no_grad():
+            want = [t.numpy() for pair in model.memory_kv(model.encode(torch.from_numpy(src).long())) for t in pair]
+        for name, g, w in zip(names, got, want, strict=True):
+            assert g.shape == w.shape, name
+            np.testing.assert_allclose(g, w, atol=3e-5, rtol=0, err_msg=name)
+
+
 def test_the_fused_graph_keeps_the_decoder_contract_with_fewer_nodes(tmp_path):
     """Same inputs and outputs (names, types, symbolic axes) as the portable export, with about a
     third of its nodes as written and under 85% after ONNX Runtime's own optimizer (at one
@@ -166,3 +193,44 @@ def test_export_serves_the_fused_graph_on_the_cpu_target_and_the_portable_one_wh
     assert all(n.domain in ("", "ai.onnx") for n in served.graph.node)
     with pytest.raises(ExportError, match="fused decoder graph is for ONNX Runtime on a CPU"):
         export(DEMO, ExportOptions(repository=tmp_path / "gpu", target="gpu", decoder_graph="fused", **common))
+
+
+def _mapped_kib(folder: Path) -> list[int]:
+    """Resident KiB of each mapping of a data file under ``folder`` (/proc/self/smaps)."""
+    out, current = [], ""
+    with open("/proc/self/smaps", encoding="utf-8") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if "-" in fields[0] and not fields[0].endswith(":"):
+                current = fields[5] if len(fields) > 5 else ""
+            elif fields[0] == "Rss:" and current.endswith(".data") and current.startswith(str(folder)):
+                out.append(int(fields[1]))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").is_file(), reason="reads Linux's /proc/self/smaps")
+def test_the_tied_table_is_resident_once_the_sessions_are_built(tmp_path):
+    """The decoder's Gemm packs the tied table and its Gather reads the mapped file: the pages the
+    packing read are given back (``release_mapped_weights``), and the step still reads right."""
+    from nmtserve.export.weights import SharedWeights
+    from nmtserve.runtime.onnxruntime import OnnxModel
+    from nmtserve.runtime.spec import ModelSpec
+
+    model = _model(tgt_vocab_size=8192, src_vocab_size=8192, d_model=256, d_ff=64, decoder_layers=1)
+    shared = SharedWeights()
+    encoder = build_cpu_encoder(model, tmp_path / "encoder.onnx", 0, shared)
+    decoder = build_cpu_decoder(model, tmp_path / "decoder.onnx", 4, 0, shared)
+    table_kib = 8192 * 256 * 4 // 1024
+    bare = ort.InferenceSession(str(decoder), session_options(1), providers=["CPUExecutionProvider"])
+    assert max(_mapped_kib(tmp_path)) >= table_kib  # what the packing leaves resident
+    del bare
+    c = model.config
+    spec = ModelSpec(layers=1, heads=c.h, d_k=c.d_k, vocab=c.tgt_vocab_size, max_positions=c.max_positions,
+                     pad_id=c.pad_id, bos_id=c.bos_id, eos_id=c.eos_id, unk_id=c.unk_id, src_vocab=c.src_vocab_size)
+    runtime = OnnxModel(encoder, decoder, spec, threads=1)
+    assert _mapped_kib(tmp_path) and max(_mapped_kib(tmp_path)) < table_kib // 8
+    feeds = _feeds(model, 2, 3, 4, 5, seed=0)
+    log_probs, _, _ = _torch_step(model, feeds)
+    out = runtime.run_step(feeds, ("log_probs",))["log_probs"]
+    real = np.isfinite(log_probs)
+    np.testing.assert_allclose(out[real], log_probs[real], atol=2e-5, rtol=0)

@@ -112,3 +112,43 @@ def test_tied_weights_are_saved_once():
     weights = state_dict_for_saving(tiny())
     assert "tgt_embed.lut.weight" not in weights and "generator.weight" not in weights
     assert "src_embed.lut.weight" in weights
+
+
+@pytest.mark.parametrize("variant", [*VARIANTS, "learned_positions"])
+def test_a_built_model_holds_the_checkpoints_tensors_and_decodes_as_the_original(variant):
+    """``build_model`` lays the model out on the meta device and takes the checkpoint's tensors as its
+    own: no second copy of the weights (the storage is the checkpoint's), the same decode."""
+    from nmtserve.model.checkpoint import build_model
+
+    kw = dict(learned_positions=True, position_offset=2, embedding_norm=True) if variant == "learned_positions" else VARIANTS[variant]
+    original = tiny(**kw)
+    with torch.no_grad():
+        for p in original.parameters():  # every tensor off its initial value
+            p.add_(0.01 * torch.randn_like(p))
+    weights = {k: v.clone() for k, v in state_dict_for_saving(original).items()}
+    built = build_model(original.config, weights, "test")
+    stored = state_dict_for_saving(built)
+    assert set(stored) == set(weights)
+    for name, tensor in stored.items():
+        assert tensor.data_ptr() == weights[name].data_ptr(), name  # not copied
+    assert built.generator.weight is built.tgt_embed.lut.weight or not original.config.tie_output
+    for name, buffer in original.named_buffers():
+        torch.testing.assert_close(dict(built.named_buffers())[name], buffer, rtol=0, atol=0, msg=name)
+    batch = random_batch(original, [5, 9, 3])
+    options = SearchOptions(beam_size=3, max_length=12)
+    want = reference_decode(original, batch, options)
+    got = reference_decode(built, batch, options)
+    assert [[h.tokens for h in s] for s in got] == [[h.tokens for h in s] for s in want]
+    assert [[h.score for h in s] for s in got] == [[h.score for h in s] for s in want]
+
+
+def test_building_a_model_names_every_wrong_tensor():
+    from nmtserve.model.checkpoint import build_model
+
+    model = tiny()
+    weights = state_dict_for_saving(model)
+    weights.pop("encoder_layers.0.ffn.fc1.bias")
+    weights["decoder_layers.1.ffn.fc2.weight"] = torch.zeros(3, 3)
+    with pytest.raises(CheckpointError) as err:
+        build_model(model.config, weights, "test")
+    assert "encoder_layers.0.ffn.fc1.bias" in str(err.value) and "(3, 3)" in str(err.value)

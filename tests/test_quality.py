@@ -157,8 +157,8 @@ def _damaged_quantizer(real):
     still run, but translate worse, as a broken quantization would."""
     from onnx import numpy_helper
 
-    def damaged(source, destination, keep_fp32=(), tables=()):
-        result = real(source, destination, keep_fp32, tables)
+    def damaged(source, destination, keep_fp32=(), tables=(), shared=None, min_bytes=None):
+        result = real(source, destination, keep_fp32, tables, shared, min_bytes)
         model = onnx.load(str(destination))
         rng = np.random.default_rng(0)
         for init in model.graph.initializer:

@@ -36,12 +36,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 import torch
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from .. import graphs
 from ..model.transformer import Transformer
-from .onnx_export import EXTERNAL_DATA_BYTES, save_with_external_data
-from .weights import data_file
+from .onnx_export import EXTERNAL_DATA_BYTES
+from .weights import SharedWeights, save_arrays, tensor_threshold
 
 # ONNX Runtime's contrib domain: FusedMatMul (a transposed B), Gelu.
 CONTRIB = "com.microsoft"
@@ -61,7 +61,9 @@ class _Builder:
 
     def __init__(self) -> None:
         self.nodes: list[onnx.NodeProto] = []
-        self.inits: list[onnx.TensorProto] = []
+        # Initializers by name, as arrays: views of the model's weights where they can be (a
+        # transposed view costs nothing until it is written, one at a time: ``weights.save_arrays``).
+        self.arrays: dict[str, np.ndarray] = {}
         # Types of contrib ops' outputs: ONNX's shape inference (which the int8 quantizer runs)
         # does not know those ops, and would leave everything downstream untyped.
         self.value_info: list[onnx.ValueInfoProto] = []
@@ -76,8 +78,20 @@ class _Builder:
     def const(self, name: str, array: np.ndarray | torch.Tensor) -> str:
         if isinstance(array, torch.Tensor):
             array = array.detach().cpu().numpy()
-        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array), self._claim(name)))
+        self.arrays[self._claim(name)] = np.asarray(array)
         return name
+
+    def save(self, path: Path, name: str, inputs: list[graphs.Tensor], outputs: list[graphs.Tensor], doc: str,
+             external_data_bytes: int, shared: SharedWeights | None) -> Path:
+        """The graph written to ``path``: its weights in a data file beside it (aligned, streamed)
+        once they reach ``external_data_bytes``, a tensor ``shared`` holds pointed at."""
+        graph = helper.make_graph(self.nodes, name, [_value_info(t) for t in inputs], [_value_info(t) for t in outputs],
+                                  value_info=self.value_info)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(CONTRIB, 1)],
+                                  producer_name="nmtserve", doc_string=doc)
+        model.ir_version = 8
+        external = sum(a.nbytes for a in self.arrays.values()) >= external_data_bytes
+        return save_arrays(model, self.arrays, Path(path), external, shared, tensor_threshold(external_data_bytes))
 
     def ints(self, name: str, values) -> str:
         return self.const(name, np.asarray(values, np.int64))
@@ -110,16 +124,18 @@ def _check(model: Transformer) -> None:
 
 
 def build_cpu_decoder(model: Transformer, path: Path, max_beam: int = graphs.DEFAULT_MAX_BEAM,
-                      external_data_bytes: int = EXTERNAL_DATA_BYTES) -> Path:
-    """Write the fused CPU decoder step of ``model`` to ``path`` (contract: ``nmtserve.graphs``)."""
+                      external_data_bytes: int = EXTERNAL_DATA_BYTES, shared: SharedWeights | None = None) -> Path:
+    """Write the fused CPU decoder step of ``model`` to ``path`` (contract: ``nmtserve.graphs``).
+    ``shared``: what an earlier graph of the folder wrote (the encoder's: a shared vocabulary table
+    is pointed at in its file, not written again)."""
     _check(model)
     c = model.config
     dims = graphs.Dims(layers=c.decoder_layers, heads=c.h, d_k=c.d_k, vocab=c.tgt_vocab_size, max_beam=max_beam)
     d, h, n_layers = c.d_model, c.h, c.decoder_layers
     b = _Builder()
     with torch.no_grad():
-        shared = _shared(b, d, h, n_layers)
-        x = _embed(b, model, shared)
+        common = _shared(b, d, h, n_layers)
+        x = _embed(b, model, common)
         layers = list(model.decoder_layers)
         # Pre-norm: a sublayer reads LN(x), which the previous residual's LayerNorm writes; after
         # the last one the decoder's final norm.
@@ -129,33 +145,99 @@ def build_cpu_decoder(model: Transformer, path: Path, max_beam: int = graphs.DEF
         new_k, new_v = [], []
         for i, layer in enumerate(layers):
             p = f"/decoder_layers.{i}"
-            out, k_i, v_i = _self_attention(b, shared, layer.self_attn, y, i, d, h, p)
+            out, k_i, v_i = _self_attention(b, common, layer.self_attn, y, i, d, h, p)
             new_k.append(k_i)
             new_v.append(v_i)
             x, y = _residual(b, out, layer.self_attn.out_proj, f"{p}/self_attn/out_proj", x,
                              norms[3 * i + 1] if c.pre_norm else layer.sub_self.norm, c.pre_norm)
-            out = _cross_attention(b, shared, layer.cross_attn, y, i, d, h, p)
+            out = _cross_attention(b, common, layer.cross_attn, y, i, d, h, p)
             x, y = _residual(b, out, layer.cross_attn.out_proj, f"{p}/cross_attn/out_proj", x,
                              norms[3 * i + 2] if c.pre_norm else layer.sub_cross.norm, c.pre_norm)
             out = _ffn(b, layer.ffn, y, c.activation, p)
             x, y = _residual(b, out, layer.ffn.fc2, f"{p}/ffn/fc2", x,
                              norms[3 * i + 3] if c.pre_norm else layer.sub_ffn.norm, c.pre_norm)
-        _outputs(b, model, y, new_k, new_v, dims, shared)
+        _outputs(b, model, y, new_k, new_v, dims, common)
 
-    inputs = [_value_info(t) for t in graphs.decoder_inputs(dims)]
-    outputs = [_value_info(t) for t in graphs.decoder_outputs(dims)]
-    graph = helper.make_graph(b.nodes, "nmtserve_decoder_cpu", inputs, outputs, b.inits, value_info=b.value_info)
-    onnx_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(CONTRIB, 1)],
-                                   producer_name="nmtserve", doc_string="decoder step, fused for ONNX Runtime's CPU provider")
-    onnx_model.ir_version = 8
-    path = Path(path)
-    data_file(path).unlink(missing_ok=True)
-    weights = sum(t.ByteSize() for t in b.inits)
-    if weights >= external_data_bytes:
-        save_with_external_data(onnx_model, path)
-    else:
-        onnx.save_model(onnx_model, str(path))
-    return path
+    return b.save(path, "nmtserve_decoder_cpu", graphs.decoder_inputs(dims), graphs.decoder_outputs(dims),
+                  "decoder step, fused for ONNX Runtime's CPU provider", external_data_bytes, shared)
+
+
+def build_cpu_encoder(model: Transformer, path: Path, external_data_bytes: int = EXTERNAL_DATA_BYTES,
+                      shared: SharedWeights | None = None) -> Path:
+    """Write the encoder of ``model`` to ``path`` from its weights (contract: ``nmtserve.graphs``):
+    2-D activations (Gemm), one Q/K/V MatMul a layer, the key mask an additive bias made once, and
+    every decoder layer's cross-attention keys and values from one MatMul over the memory.
+
+    Written from the weights, streamed to the data file one tensor at a time, so it costs no copy
+    of the model (``torch.onnx.export`` held the traced graph's weights, folded and serialized,
+    beside the model: the largest part of an export's peak). ``shared`` is updated with what it
+    wrote, for the decoder."""
+    _check(model)
+    c = model.config
+    d, h, d_k = c.d_model, c.h, c.d_k
+    b = _Builder()
+    with torch.no_grad():
+        flat_d = b.ints("/shape/flat_d", [-1, d])
+        bs = b.one("Shape", ["src_ids"], "/shape/bs")  # [B, S]
+        bshd = b.one("Concat", [bs, b.ints("/shape/hd", [h, d_k])], "/shape/bshd", axis=0)
+        padding = b.one("Equal", ["src_ids", b.const("/mask/pad", np.asarray(c.pad_id, np.int32))], "/mask/padding")
+        src_bias = b.one("Where", [padding, b.const("/mask/masked", np.asarray(MASK_FILTER, np.float32)),
+                                   b.const("/mask/real", np.asarray(0, np.float32))], "/mask/bias")
+        src_bias = b.one("Unsqueeze", [src_bias, b.ints("/shape/axes12", [1, 2])], "/mask/bias_b11s")  # (B, 1, 1, S)
+        emb = model.src_embed
+        x = b.one("Gather", [b.const("src_embed.lut.weight", emb.lut.weight.float()), "src_ids"], "/src_embed/tokens", axis=0)
+        if emb.scale != 1.0:
+            x = b.one("Mul", [x, b.const("/src_embed/scale", np.asarray(emb.scale, np.float32))], "/src_embed/scaled")
+        # Positions 0..S-1 are rows offset..offset+S-1 of the table: a Slice.
+        first = b.ints("/src_embed/first_row", [emb.position_offset])
+        end = b.one("Add", [b.one("Shape", ["src_ids"], "/shape/s", start=1, end=2), first], "/src_embed/end_row")
+        pos = b.one("Slice", [b.const("src_embed.positions", emb.position_table.float()), first, end, b.ints("/shape/axis0", [0])],
+                    "/src_embed/positions")
+        x = b.one("Reshape", [b.one("Add", [x, pos], "/src_embed/sum"), flat_d], "/src_embed/flat")  # (N = B * S, d)
+        if isinstance(emb.norm, torch.nn.LayerNorm):
+            x = _layer_norm(b, x, emb.norm, "/src_embed/norm")
+        layers = list(model.encoder_layers)
+        norms = [norm for layer in layers for norm in (layer.sub_attn.norm, layer.sub_ffn.norm)]
+        norms.append(model.encoder_norm if c.pre_norm else None)
+        y = _layer_norm(b, x, norms[0], "/encoder_layers.0/sub_attn/norm") if c.pre_norm else x
+        for i, layer in enumerate(layers):
+            p = f"/encoder_layers.{i}"
+            attn = layer.self_attn
+            scale = 1.0 / math.sqrt(d_k)  # folded into the query's weights
+            weight = np.concatenate([_weight_t(attn.q_proj) * scale, _weight_t(attn.k_proj), _weight_t(attn.v_proj)], axis=1)
+            bias = torch.cat([attn.q_proj.bias * scale, attn.k_proj.bias, attn.v_proj.bias]).float()
+            qkv = b.one("MatMul", [y, b.const(f"{p}.self_attn.qkv_proj.weight_t", weight)], f"{p}/self_attn/qkv_proj/MatMul")
+            qkv = b.one("Add", [qkv, b.const(f"{p}.self_attn.qkv_proj.bias", bias)], f"{p}/self_attn/qkv_proj/Add")
+            q, k, v = b.op("Split", [qkv, b.ints(f"{p}/self_attn/split_sizes", [d, d, d])], f"{p}/self_attn/split", 3, axis=1)
+            q, k, v = (b.one("Reshape", [t, bshd], f"{p}/self_attn/{n}_bshd") for t, n in ((q, "q"), (k, "k"), (v, "v")))
+            q = b.one("Transpose", [q], f"{p}/self_attn/q_bhsd", perm=[0, 2, 1, 3])
+            k = b.one("Transpose", [k], f"{p}/self_attn/k_bhds", perm=[0, 2, 3, 1])
+            v = b.one("Transpose", [v], f"{p}/self_attn/v_bhsd", perm=[0, 2, 1, 3])
+            scores = b.one("Add", [b.one("MatMul", [q, k], f"{p}/self_attn/scores"), src_bias], f"{p}/self_attn/scores_masked")
+            probs = b.one("Softmax", [scores], f"{p}/self_attn/probs", axis=-1)
+            out = b.one("Transpose", [b.one("MatMul", [probs, v], f"{p}/self_attn/mixed")], f"{p}/self_attn/out_bshd", perm=[0, 2, 1, 3])
+            out = b.one("Reshape", [out, flat_d], f"{p}/self_attn/flat")
+            x, y = _residual(b, out, attn.out_proj, f"{p}/self_attn/out_proj", x,
+                             norms[2 * i + 1] if c.pre_norm else layer.sub_attn.norm, c.pre_norm)
+            out = _ffn(b, layer.ffn, y, c.activation, p)
+            x, y = _residual(b, out, layer.ffn.fc2, f"{p}/ffn/fc2", x,
+                             norms[2 * i + 2] if c.pre_norm else layer.sub_ffn.norm, c.pre_norm)
+        # Every decoder layer's cross-attention K and V of the memory ``y``: one MatMul (d, 2 * L * d).
+        cross = [layer.cross_attn for layer in model.decoder_layers]
+        weight = np.concatenate([w for a in cross for w in (_weight_t(a.k_proj), _weight_t(a.v_proj))], axis=1)
+        bias = torch.cat([t for a in cross for t in (a.k_proj.bias, a.v_proj.bias)]).float()
+        kv = b.one("MatMul", [y, b.const("memory_kv.weight_t", weight)], "/memory_kv/MatMul")
+        kv = b.one("Add", [kv, b.const("memory_kv.bias", bias)], "/memory_kv/Add")
+        parts = b.op("Split", [kv, b.ints("/memory_kv/split_sizes", [d] * 2 * len(cross))], "/memory_kv/split",
+                     2 * len(cross), axis=1)
+        for i in range(len(cross)):
+            k = b.one("Reshape", [parts[2 * i], bshd], f"/memory_kv/{i}/k_bshd")
+            v = b.one("Reshape", [parts[2 * i + 1], bshd], f"/memory_kv/{i}/v_bshd")
+            b.nodes.append(helper.make_node("Transpose", [k], [graphs.memory_key(i)], name=f"/memory_kv/{i}/key", perm=[0, 2, 3, 1]))
+            b.nodes.append(helper.make_node("Transpose", [v], [graphs.memory_value(i)], name=f"/memory_kv/{i}/value", perm=[0, 2, 1, 3]))
+    dims = graphs.Dims(layers=c.decoder_layers, heads=h, d_k=d_k, vocab=c.tgt_vocab_size)
+    return b.save(path, "nmtserve_encoder_cpu", graphs.encoder_inputs(), graphs.encoder_outputs(dims),
+                  "encoder, written from the weights for ONNX Runtime's CPU provider", external_data_bytes, shared)
 
 
 def _value_info(t: graphs.Tensor) -> onnx.ValueInfoProto:

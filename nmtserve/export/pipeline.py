@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -22,13 +23,13 @@ from ..model.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from ..runtime.onnxruntime import OnnxModel
 from ..runtime.spec import SPEC_FILE, ModelSpec, graph_sha256
 from . import markup, quality
-from .cpu_graph import UnsupportedModel, build_cpu_decoder
+from .cpu_graph import UnsupportedModel, build_cpu_decoder, build_cpu_encoder
 from .lint import lint_file
 from .onnx_export import EXTERNAL_DATA_BYTES, dims_of, export_decoder, export_encoder
-from .parity import ParityReport, check_parity
+from .parity import ParityReport, compare, record_reference
 from .quantize import parse_keep, quantize_int8
 from .repository import RepositoryOptions, check_layout, write_repository
-from .weights import EXTERNAL_TENSOR_BYTES, SharedWeights, graph_files, rewrite
+from .weights import SharedWeights, graph_files, rewrite, tensor_threshold
 
 log = logging.getLogger(__name__)
 
@@ -236,20 +237,22 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
     with tempfile.TemporaryDirectory(prefix="nmtserve-export-") as tmp_name:
         tmp = Path(tmp_name)
         t = time.monotonic()
-        encoder = export_encoder(model, tmp / "encoder.onnx", opts.external_data_bytes)
-        # The fused graph is written from the weights: the portable export (the largest memory peak
-        # of an export) is only made where it is served.
-        fused = (_fused_decoder(model, tmp, repo_opts.max_beam, opts, report)
-                 if (opts.decoder_graph or ("fused" if opts.target == "cpu" else "portable")) == "fused" else None)
-        decoder = fused or export_decoder(model, tmp / "decoder.onnx", repo_opts.max_beam, opts.external_data_bytes)
+        graph = opts.decoder_graph or ("fused" if opts.target == "cpu" else "portable")
+        built = _built_graphs(model, tmp, repo_opts.max_beam, opts, report) if graph == "fused" else None
+        if built is None:  # torch.onnx.export: the standard ONNX that TensorRT builds
+            encoder = export_encoder(model, tmp / "encoder.onnx", opts.external_data_bytes)
+            decoder = export_decoder(model, tmp / "decoder.onnx", repo_opts.max_beam, opts.external_data_bytes)
+        else:
+            encoder, decoder = built
         stage("onnx", t)
 
-        t = time.monotonic()  # the graphs TensorRT may build: the encoder, and the portable decoder when served
-        findings = [f"{p.name}: {f}" for p in (encoder, *([] if fused else [decoder])) for f in lint_file(p)]
-        report.lint = findings
-        if findings:
-            raise ExportError("TensorRT lint failed:\n  " + "\n  ".join(findings))
-        stage("lint", t)
+        if built is None:  # the graphs TensorRT may build
+            t = time.monotonic()
+            findings = [f"{p.name}: {f}" for p in (encoder, decoder) for f in lint_file(p)]
+            report.lint = findings
+            if findings:
+                raise ExportError("TensorRT lint failed:\n  " + "\n  ".join(findings))
+            stage("lint", t)
 
         d = dims_of(model, repo_opts.max_beam)
         files, artifacts = _tokenizer_artifacts(ckpt.tokenizer, tmp, ckpt.path)
@@ -259,32 +262,42 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
             pad_id=cfg.pad_id, bos_id=cfg.bos_id, eos_id=cfg.eos_id, unk_id=cfg.unk_id,
             src_vocab=cfg.src_vocab_size, max_source_len=opts.max_source_len, max_target_len=opts.max_target_len, max_batch=opts.max_batch,
             beam_size=opts.beam_size, tokenizer=files, fp16=opts.precision == "fp16", max_beam=repo_opts.max_beam,
-            hashes={"encoder.onnx": graph_sha256(encoder), "decoder.onnx": graph_sha256(decoder)},
+            hashes={"encoder.onnx": graph_sha256(encoder, graph_files(encoder)[1:]),
+                    "decoder.onnx": graph_sha256(decoder, graph_files(decoder)[1:])},
         )
         spec.save(tmp / SPEC_FILE)
         artifacts[SPEC_FILE] = tmp / SPEC_FILE
 
-        if not opts.skip_parity:
+        reference = None
+        if not opts.skip_parity:  # the PyTorch side first, so that the model is freed before ONNX Runtime loads
             t = time.monotonic()
-            onnx_model = OnnxModel(encoder, decoder, spec)
             search = SearchOptions(beam_size=opts.beam_size, max_length=min(opts.max_target_len, 128),
                                    max_length_a=spec.max_length_a, max_length_b=spec.max_length_b)
             sources = _parity_sources(ckpt, opts.parity_sentences, opts.max_source_len)
-            report.parity = check_parity(model, onnx_model, sources, search)
+            reference = record_reference(model, sources, search, tmp / "parity")
+            stage("parity reference", t)
+        del model
+        ckpt.release_model()
+        fp32 = _Fp32(encoder, decoder, spec)
+        if reference is not None:
+            t = time.monotonic()
+            report.parity = compare(reference, fp32.get())
+            shutil.rmtree(reference.folder)
             stage("parity", t)
             if not report.parity.passed:
                 raise ExportError(report.parity.summary())
 
         if gate is not None:
-            spec, repo_opts = _quality_gate(gate, ckpt, spec, opts, tmp, artifacts, report, repo_opts, stage)
+            spec, repo_opts = _quality_gate(gate, ckpt, spec, opts, tmp, artifacts, report, repo_opts, stage, fp32,
+                                            laid_out=built is not None)
         else:  # the markup probe needs held-out sentences of its own
             held = _held_out(ckpt, opts, 2 * markup.PROBE_SENTENCES, strict=False)
             if held is not None:
-                fp32 = OnnxModel(artifacts["encoder.onnx"], artifacts["decoder.onnx"], spec)
-                repo_opts = _probe_markup(held, fp32, ckpt, spec.search_options(), opts, report, repo_opts, stage)
-                del fp32
+                repo_opts = _probe_markup(held, fp32.get(), ckpt, spec.search_options(), opts, report, repo_opts, stage)
+        fp32.close()
 
-        spec = _lay_out_weights(artifacts, spec, tmp, opts.external_data_bytes)
+        if built is None:  # written graphs are laid out as they are written
+            spec = _lay_out_weights(artifacts, spec, tmp, opts.external_data_bytes)
         t = time.monotonic()
         write_repository(opts.repository, d, artifacts, repo_opts)
         stage("write", t)
@@ -312,7 +325,7 @@ def _lay_out_weights(artifacts: dict[str, Path], spec: ModelSpec, tmp: Path, ext
         return spec
     (tmp / "served").mkdir()
     shared = SharedWeights()
-    min_bytes = min(EXTERNAL_TENSOR_BYTES, max(external_bytes, 1024))  # a forced layout (tests) moves small tensors too
+    min_bytes = tensor_threshold(external_bytes)
     for name in names:
         graph = artifacts[name]
         for f in files[name]:
@@ -324,21 +337,44 @@ def _lay_out_weights(artifacts: dict[str, Path], spec: ModelSpec, tmp: Path, ext
     return spec
 
 
-def _fused_decoder(model, tmp: Path, max_beam: int, opts: ExportOptions, report: ExportReport) -> Path | None:
-    """The CPU decoder graph (checked by the parity stage like any other), or None with a note when
-    this builder does not cover the model (the portable graph is served)."""
+def _built_graphs(model, tmp: Path, max_beam: int, opts: ExportOptions, report: ExportReport) -> tuple[Path, Path] | None:
+    """The CPU graphs written from the weights (``nmtserve.export.cpu_graph``; checked by the
+    parity stage like any other), laid out as served, the decoder pointing at the encoder's copy
+    of a shared table; or None with a note when the builder does not cover the model (then the
+    torch exports are served)."""
     import onnx  # noqa: PLC0415 - export-only dependency
 
-    (tmp / "fused").mkdir()
+    folder = tmp / "graphs"
+    folder.mkdir()
+    shared = SharedWeights()
     try:
-        fused = build_cpu_decoder(model, tmp / "fused" / "decoder.onnx", max_beam, opts.external_data_bytes)
+        encoder = build_cpu_encoder(model, folder / "encoder.onnx", opts.external_data_bytes, shared)
+        decoder = build_cpu_decoder(model, folder / "decoder.onnx", max_beam, opts.external_data_bytes, shared)
     except UnsupportedModel as exc:
-        report.notes.append(f"decoder graph: portable (the fused CPU graph does not cover this model: {exc})")
+        report.notes.append(f"graphs: torch.onnx exports (the CPU graph builder does not cover this model: {exc})")
+        shutil.rmtree(folder)
         return None
-    nodes = len(onnx.load(str(fused), load_external_data=False).graph.node)
+    nodes = len(onnx.load(str(decoder), load_external_data=False).graph.node)
     report.decoder_graph = (f"decoder graph: fused for ONNX Runtime's CPU provider ({nodes} nodes; "
                             "--decoder-graph portable serves the torch export)")
-    return fused
+    return encoder, decoder
+
+
+class _Fp32:
+    """The fp32 graphs under ONNX Runtime, opened once for every stage that reads them (parity, the
+    gate's fp32 decode, the markup probe) and closed before the int8 graphs open."""
+
+    def __init__(self, encoder: Path, decoder: Path, spec: ModelSpec):
+        self.encoder, self.decoder, self.spec = encoder, decoder, spec
+        self._model: OnnxModel | None = None
+
+    def get(self) -> OnnxModel:
+        if self._model is None:
+            self._model = OnnxModel(self.encoder, self.decoder, self.spec)
+        return self._model
+
+    def close(self) -> None:
+        self._model = None
 
 
 def _gate_set(ckpt: Checkpoint, opts: ExportOptions) -> quality.GateSet | None:
@@ -411,22 +447,26 @@ def _probe_markup(held: quality.GateSet, fp32: OnnxModel, ckpt: Checkpoint, opti
 
 
 def _quality_gate(gate: quality.GateSet, ckpt: Checkpoint, spec: ModelSpec, opts: ExportOptions, tmp: Path,
-                  artifacts: dict[str, Path], report: ExportReport, repo_opts: RepositoryOptions, stage):
+                  artifacts: dict[str, Path], report: ExportReport, repo_opts: RepositoryOptions, stage, fp32: _Fp32,
+                  laid_out: bool):
     """Translate the gate set with the fp32 graphs (shipped for the GPU's fp16 check) and, for int8,
-    quantize, translate again and refuse on a BLEU drop over the limit. Updates ``artifacts``."""
+    quantize, translate again and refuse on a BLEU drop over the limit. Updates ``artifacts``.
+    ``laid_out``: the graphs are as served (the int8 ones are written the same way, sharing a table)."""
     t = time.monotonic()
     options = spec.search_options()
-    fp32 = OnnxModel(artifacts["encoder.onnx"], artifacts["decoder.onnx"], spec)
-    report.quality["fp32"] = quality.baseline(gate, fp32, ckpt.tokenizer, options, opts.max_batch)
+    report.quality["fp32"] = quality.baseline(gate, fp32.get(), ckpt.tokenizer, options, opts.max_batch)
     stage("fp32 gate decode", t)
-    repo_opts = _probe_markup(gate, fp32, ckpt, options, opts, report, repo_opts, stage)
-    del fp32
+    repo_opts = _probe_markup(gate, fp32.get(), ckpt, options, opts, report, repo_opts, stage)
+    fp32.close()
     if opts.precision == "int8":
         t = time.monotonic()
         keep = parse_keep(opts.int8_keep_fp32)
         (tmp / "int8").mkdir()
         tables = (ckpt.config.src_vocab_size, ckpt.config.tgt_vocab_size)
-        quantized = {name: quantize_int8(artifacts[name], tmp / "int8" / name, keep, tables) for name in ("encoder.onnx", "decoder.onnx")}
+        shared = SharedWeights() if laid_out else None
+        quantized = {name: quantize_int8(artifacts[name], tmp / "int8" / name, keep, tables, shared,
+                                         tensor_threshold(opts.external_data_bytes))
+                     for name in ("encoder.onnx", "decoder.onnx")}
         stage("quantize", t)
         t = time.monotonic()
         int8 = OnnxModel(quantized["encoder.onnx"].path, quantized["decoder.onnx"].path, spec)
@@ -439,9 +479,13 @@ def _quality_gate(gate: quality.GateSet, ckpt: Checkpoint, spec: ModelSpec, opts
                                   "tables_int8": sum(q.tables for q in quantized.values())}
         if not checked.passed:
             raise ExportError(_gate_failure(checked, keep))
+        for name in ("encoder.onnx", "decoder.onnx"):
+            for f in graph_files(artifacts[name]):
+                artifacts.pop(f.name, None)
         for q in quantized.values():
             artifacts.update({f.name: f for f in graph_files(q.path)})
-        spec = dataclasses.replace(spec, precision="int8", hashes={name: graph_sha256(q.path) for name, q in quantized.items()})
+        spec = dataclasses.replace(spec, precision="int8", hashes={name: graph_sha256(q.path, graph_files(q.path)[1:])
+                                                                   for name, q in quantized.items()})
         spec.save(artifacts[SPEC_FILE])
         repo_opts = dataclasses.replace(repo_opts, precision="int8", quality=checked.summary())
     elif opts.precision == "fp16":

@@ -42,8 +42,12 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .weights import SharedWeights
 
 log = logging.getLogger(__name__)
 
@@ -220,15 +224,19 @@ class _Rewriter:
         self.node("Mul", [values, scale], node.name, output=node.output[0])
 
 
-def quantize_int8(source: Path, destination: Path, keep_fp32: Iterable[str] = (), tables: Iterable[int] = ()) -> QuantizeResult:
+def quantize_int8(source: Path, destination: Path, keep_fp32: Iterable[str] = (), tables: Iterable[int] = (),
+                  shared: SharedWeights | None = None, min_bytes: int | None = None) -> QuantizeResult:
     """Write ``destination``: ``source`` with its weight MatMuls (and its ``Gather`` tables of
     ``tables`` rows: the vocabulary sizes) in int8, except the ``keep_fp32`` groups.
 
-    ``external``: weights in a data file beside it (``nmtserve.export.weights``); None: as the source."""
+    Its weights go to a data file beside it when the source's are in one (``nmtserve.export.weights``);
+    ``shared``: what an earlier graph of the destination folder wrote there (a table both hold is
+    pointed at, not written twice); ``min_bytes``: the smallest tensor written there (default
+    ``weights.EXTERNAL_TENSOR_BYTES``)."""
     import onnx  # noqa: PLC0415 - export-only dependency
     from onnx import helper  # noqa: PLC0415
 
-    from .weights import data_file, write_graph  # noqa: PLC0415
+    from .weights import EXTERNAL_TENSOR_BYTES, data_file, write_graph  # noqa: PLC0415
 
     source, destination = Path(source), Path(destination)
     model = onnx.load(str(source), load_external_data=False)
@@ -262,7 +270,8 @@ def quantize_int8(source: Path, destination: Path, keep_fp32: Iterable[str] = ()
     if not any(o.domain == CONTRIB for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(CONTRIB, 1))
     destination.parent.mkdir(parents=True, exist_ok=True)
-    write_graph(model, destination, source.parent, external=data_file(source).is_file())
+    write_graph(model, destination, source.parent, external=data_file(source).is_file(), shared=shared,
+                min_bytes=min_bytes or EXTERNAL_TENSOR_BYTES)
     result = QuantizeResult(destination, quantized=quantized, kept=kept, tables=int8_tables)
     log.info("%s: %d weight MatMuls and %d vocabulary tables in int8 (rows quantized alone), %d kept in fp32",
              source.name, quantized, int8_tables, len(kept))

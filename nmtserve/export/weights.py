@@ -31,6 +31,13 @@ ALIGN = 1 << 16
 EXTERNAL_TENSOR_BYTES = 1 << 20
 
 
+def tensor_threshold(external_data_bytes: int) -> int:
+    """The smallest initializer written to the data file when a graph's weights go there because
+    they reach ``external_data_bytes``: ``EXTERNAL_TENSOR_BYTES``, or less under a lower limit (a
+    layout forced on a small model, as the tests do, moves its small tensors too)."""
+    return min(EXTERNAL_TENSOR_BYTES, max(external_data_bytes, 1024))
+
+
 def data_file(graph: Path) -> Path:
     """Where a graph's own external weights live, when it has them."""
     return graph.with_name(graph.name + ".data")
@@ -85,6 +92,50 @@ class SharedWeights:
     entries: dict[str, tuple[str, int, int]] = field(default_factory=dict)
 
 
+class DataWriter:
+    """Initializers appended to one data file at ``ALIGN``-ed offsets as they come, each held in
+    memory only while it is written; a tensor ``shared`` already holds (in this graph or another
+    graph's file in the same folder) is pointed at, not written again. ``close`` when done."""
+
+    def __init__(self, data: Path, shared: SharedWeights | None = None):
+        self.data, self.shared = Path(data), shared if shared is not None else SharedWeights()
+        self._partial = self.data.with_name(self.data.name + ".partial")
+        self._out = open(self._partial, "wb")  # noqa: SIM115 - closed by close()
+        self.written = 0
+
+    def tensor(self, name: str, array: np.ndarray, data_type: int | None = None) -> TensorProto:
+        """An initializer ``name`` with ``array``'s values, in the data file."""
+        key = digest(array)
+        if key in self.shared.entries:
+            location, offset, length = self.shared.entries[key]
+        else:
+            pad = -self.written % ALIGN
+            self._out.write(b"\0" * pad)
+            offset, length = self.written + pad, array.nbytes
+            self._out.write(memoryview(np.ascontiguousarray(array)).cast("B"))
+            self.written = offset + length
+            location = self.data.name
+            self.shared.entries[key] = (location, offset, length)
+        t = TensorProto()
+        t.name = name
+        t.data_type = data_type if data_type is not None else onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
+        t.dims.extend(array.shape)
+        t.data_location = TensorProto.EXTERNAL
+        for k, v in (("location", location), ("offset", str(offset)), ("length", str(length))):
+            entry = t.external_data.add()
+            entry.key, entry.value = k, v
+        return t
+
+    def close(self) -> None:
+        """The data file in place (none when nothing was written to it)."""
+        self._out.close()
+        if self.written:
+            os.replace(self._partial, self.data)
+        else:
+            self._partial.unlink()
+            self.data.unlink(missing_ok=True)
+
+
 def write_graph(model: onnx.ModelProto, path: Path, source: Path | None = None, external: bool = True,
                 shared: SharedWeights | None = None, min_bytes: int = EXTERNAL_TENSOR_BYTES) -> Path:
     """Write ``model`` to ``path``; initializers of ``min_bytes`` and up go to ``data_file(path)``
@@ -95,42 +146,38 @@ def write_graph(model: onnx.ModelProto, path: Path, source: Path | None = None, 
     """
     path = Path(path)
     source = Path(source) if source is not None else path.parent
-    shared = shared if shared is not None else SharedWeights()  # a tensor held twice in one graph is written once
-    data = data_file(path)
-    tmp_data = data.with_name(data.name + ".partial")
-    written = 0
-    with open(tmp_data, "wb") as out:
-        for t in model.graph.initializer:
-            array = tensor_array(t, source)
-            if not external or array.nbytes < min_bytes:
-                if _external(t) is not None:
-                    t.CopyFrom(numpy_helper.from_array(np.asarray(array), t.name))
-                continue
-            key = digest(array)
-            if key in shared.entries:
-                location, offset, length = shared.entries[key]
-            else:
-                pad = -written % ALIGN
-                out.write(b"\0" * pad)
-                offset, length = written + pad, array.nbytes
-                out.write(memoryview(np.ascontiguousarray(array)).cast("B"))
-                written = offset + length
-                location = data.name
-                shared.entries[key] = (location, offset, length)
-            name, dims, dtype = t.name, list(array.shape), t.data_type
-            t.Clear()
-            t.name, t.data_type = name, dtype
-            t.dims.extend(dims)
-            t.data_location = TensorProto.EXTERNAL
-            for k, v in (("location", location), ("offset", str(offset)), ("length", str(length))):
-                entry = t.external_data.add()
-                entry.key, entry.value = k, v
-            del array
-    if written:
-        os.replace(tmp_data, data)
+    writer = DataWriter(data_file(path), shared)  # a tensor held twice in one graph is written once
+    for t in model.graph.initializer:
+        array = tensor_array(t, source)
+        if not external or array.nbytes < min_bytes:
+            if _external(t) is not None:
+                t.CopyFrom(numpy_helper.from_array(np.asarray(array), t.name))
+            continue
+        t.CopyFrom(writer.tensor(t.name, array, t.data_type))
+        del array
+    writer.close()
+    onnx.save_model(model, str(path))
+    return path
+
+
+def save_arrays(model: onnx.ModelProto, arrays: dict[str, np.ndarray], path: Path, external: bool,
+                shared: SharedWeights | None = None, min_bytes: int = EXTERNAL_TENSOR_BYTES) -> Path:
+    """Write ``model`` (its initializers not yet in it) to ``path`` with ``arrays`` as its
+    initializers, streamed: each array (a view of the weights it comes from, where it can be) is
+    made contiguous and written to the data file one at a time (``external``), or, small, kept in
+    the graph."""
+    path = Path(path)
+    writer = DataWriter(data_file(path), shared) if external else None
+    inits = model.graph.initializer
+    for name, array in arrays.items():
+        if writer is not None and array.nbytes >= min_bytes:
+            inits.append(writer.tensor(name, array))
+        else:
+            inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+    if writer is not None:
+        writer.close()
     else:
-        tmp_data.unlink()
-        data.unlink(missing_ok=True)
+        data_file(path).unlink(missing_ok=True)
     onnx.save_model(model, str(path))
     return path
 

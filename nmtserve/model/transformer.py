@@ -282,12 +282,27 @@ class Transformer(nn.Module):
         self.register_buffer(
             "final_logits_bias", torch.zeros(config.tgt_vocab_size), persistent=config.final_logits_bias
         )
+        self.register_buffer("logits_mask", self.computed_buffers()["logits_mask"], persistent=False)
+        if self.src_embed.lut.weight.is_meta:  # a layout to load weights into (checkpoint.build_model)
+            return
+        self._init_weights()
+
+    def computed_buffers(self) -> dict[str, Tensor]:
+        """The buffers the config alone determines (never stored in a checkpoint), by state-dict name."""
+        c = self.config
+        out = {}
+        if not c.learned_positions:
+            rows = c.max_positions + c.position_offset
+            out["src_embed.pe"] = sinusoidal_positions(rows, c.d_model, c.position_layout)
+            out["tgt_embed.pe"] = sinusoidal_positions(rows, c.d_model, c.position_layout)
+        if not c.final_logits_bias:
+            out["final_logits_bias"] = torch.zeros(c.tgt_vocab_size)
         # The decoder never emits pad: its log-probability is -inf (as `bad_words_ids=[[pad]]`
         # in transformers' Marian generation config), added after the log-softmax.
-        logits_mask = torch.zeros(config.tgt_vocab_size)
-        logits_mask[config.pad_id] = float("-inf")
-        self.register_buffer("logits_mask", logits_mask, persistent=False)
-        self._init_weights()
+        logits_mask = torch.zeros(c.tgt_vocab_size)
+        logits_mask[c.pad_id] = float("-inf")
+        out["logits_mask"] = logits_mask
+        return out
 
     def _init_weights(self) -> None:
         for p in self.parameters():

@@ -330,11 +330,12 @@ class OnnxGraphModel:
     def initialize(self, args: dict) -> None:
         import onnxruntime as ort
 
-        from ..runtime.onnxruntime import session_options
+        from ..runtime.onnxruntime import release_mapped_weights, session_options
 
         params, version_dir = stub.parameters(args)
         path = stub.artifacts(params, version_dir) / params["graph"]
         self.session = ort.InferenceSession(str(path), session_options(), providers=["CPUExecutionProvider"])
+        release_mapped_weights([path])
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.outputs = [o.name for o in self.session.get_outputs()]
 
