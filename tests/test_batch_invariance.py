@@ -7,12 +7,15 @@ source padded. The fp32 graphs and their int8 quantization (``nmtserve.export.qu
 
 Served (the second part): 1,000 held-out sentences translated alone, in one bulk call, and by
 concurrent clients sending requests of random sizes give the same tokens and the same scores, to
-the last bit, at fp32 and int8.
+the last bit, at fp32 and int8. The third part is the same check on the GPU's TensorRT plans (fp32
+and fp16), where a GPU and TensorRT are present.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import random
+import shutil
 import threading
 from pathlib import Path
 
@@ -23,8 +26,7 @@ import pytest
 import torch
 
 from nmtserve import graphs
-from nmtserve.export.cpu_graph import build_cpu_decoder
-from nmtserve.export.onnx_export import export_encoder
+from nmtserve.export.cpu_graph import build_cpu_decoder, build_cpu_encoder
 from nmtserve.export.quantize import quantize_int8
 from nmtserve.model.config import TransformerConfig
 from nmtserve.model.transformer import Transformer
@@ -49,7 +51,7 @@ def _model() -> Transformer:
 def graphs_fp32_int8(tmp_path_factory) -> dict[str, tuple[ort.InferenceSession, ort.InferenceSession]]:
     tmp = tmp_path_factory.mktemp("invariance")
     model = _model()
-    encoder = export_encoder(model, tmp / "encoder.onnx")
+    encoder = build_cpu_encoder(model, tmp / "encoder.onnx")  # the graphs the CPU target serves
     decoder = build_cpu_decoder(model, tmp / "decoder.onnx")
     (tmp / "int8").mkdir()
     q_encoder = quantize_int8(encoder, tmp / "int8" / "encoder.onnx", tables=(VOCAB,))
@@ -240,3 +242,67 @@ def test_served_int8_translations_do_not_depend_on_the_batch(demo_int8_repositor
         _assert_same_everywhere(_translate_three_ways(server.urls.grpc_address, texts), texts, "int8")
     finally:
         server.stop()
+
+
+# ---- the GPU: TensorRT plans (fp32 and fp16), the same three ways at the engine --------------------------
+
+HAS_TRT = importlib.util.find_spec("tensorrt") is not None and shutil.which("nvidia-smi") is not None
+HAS_CUPY = importlib.util.find_spec("cupy") is not None
+
+
+@pytest.mark.tensorrt
+@pytest.mark.skipif(not (HAS_TRT and HAS_CUPY), reason="needs TensorRT, CuPy and an NVIDIA GPU")
+@pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
+def test_gpu_translations_do_not_depend_on_the_batch(tmp_path, demo_checkpoint, demo_sentences, fp16):  # pragma: no cover - GPU only
+    """The GPU's path (the portable graphs as TensorRT plans, the cache pool on the device): 1,000
+    held-out sentences alone, in one bulk call and from 8 threads submitting random sizes give the
+    same tokens and scores. (Written for a GPU machine; CPU machines skip it.)"""
+    from nmtserve.engine import InflightBatcher
+    from nmtserve.export.onnx_export import dims_of, export_decoder, export_encoder
+    from nmtserve.export.tensorrt import BuildOptions, build_engine
+    from nmtserve.runtime.spec import ModelSpec
+    from nmtserve.runtime.tensorrt import TensorRTModel
+
+    model, tokenizer = demo_checkpoint.model, demo_checkpoint.tokenizer
+    c, d = model.config, dims_of(model)
+    encoder, decoder = export_encoder(model, tmp_path / "encoder.onnx"), export_decoder(model, tmp_path / "decoder.onnx")
+    opts = BuildOptions(max_batch=32, max_beam=4, max_source_len=64, max_target_len=64, fp16=fp16)
+    plans = (build_engine(encoder, tmp_path / "encoder.plan", graphs.encoder_inputs(), opts),
+             build_engine(decoder, tmp_path / "decoder.plan", graphs.decoder_inputs(d), opts))
+    spec = ModelSpec(layers=d.layers, heads=d.heads, d_k=d.d_k, vocab=d.vocab, max_positions=c.max_positions,
+                     pad_id=c.pad_id, bos_id=c.bos_id, eos_id=c.eos_id, unk_id=c.unk_id, src_vocab=c.src_vocab_size,
+                     max_source_len=64, max_target_len=64, max_batch=32, fp16=fp16)
+    engine = InflightBatcher(TensorRTModel(*plans, spec), max_sentences=32, max_beam=4).start()
+    try:
+        sources = [tokenizer.encode(t)[:64] for t in demo_sentences[:1000]]
+        search = spec.search_options()
+
+        def best(results):
+            return [(tuple(r[0].tokens), r[0].score) for r in results]
+
+        ways = {"bulk": best(engine.translate(sources, search, timeout=600)),
+                "alone": [best(engine.translate([s], search, timeout=60))[0] for s in sources]}
+        rng = random.Random(7)
+        spans, start = [], 0
+        while start < len(sources):
+            size = rng.randint(1, 24)
+            spans.append((start, min(start + size, len(sources))))
+            start += size
+        rng.shuffle(spans)
+        concurrent: list = [None] * len(sources)
+
+        def submit(mine):
+            for a, b in mine:
+                concurrent[a:b] = best(engine.translate(sources[a:b], search, timeout=600))
+
+        threads = [threading.Thread(target=submit, args=(spans[k::8],)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        ways["concurrent"] = concurrent
+    finally:
+        engine.stop()
+    for way in ("alone", "concurrent"):
+        differ = [i for i, (a, b) in enumerate(zip(ways[way], ways["bulk"], strict=True)) if a != b]
+        assert not differ, f"{'fp16' if fp16 else 'fp32'}: {len(differ)} of 1000 differ {way} vs bulk (first: {differ[:5]})"

@@ -407,3 +407,16 @@ def test_a_request_waiting_past_the_queue_timeout_fails_as_busy(tiny):
     assert outcomes[0] is None  # started at once
     late = [e for e in outcomes.values() if e is not None]
     assert late and all(isinstance(e, EngineBusy) and "queue timeout of 0.2 s" in str(e) for e in late)
+
+
+def test_the_cache_pools_headroom_is_sized_by_memory():
+    """64 steps of headroom where a step's K/V are small; at NLLB-200-600M's size the headroom is
+    what 64 MB hold, at least 8 steps (it was half the server's memory under load at 64)."""
+    from nmtserve.engine.batcher import MIN_POOL_SLACK, default_pool_slack
+    from nmtserve.runtime.spec import ModelSpec
+
+    small = ModelSpec(layers=3, heads=4, d_k=64, vocab=8000)
+    nllb = ModelSpec(layers=12, heads=16, d_k=64, vocab=256206)
+    assert default_pool_slack(small, rows=128, itemsize=4) == 64
+    assert default_pool_slack(nllb, rows=128, itemsize=4) == MIN_POOL_SLACK
+    assert default_pool_slack(nllb, rows=16, itemsize=4) == 64 * 2**20 // (2 * 16 * 12 * 1024 * 4)

@@ -166,20 +166,35 @@ class QueueLimits:
                              f"queue limit of {self.max_queued}; retry later")
 
 
+# The cache pools' headroom in steps (``_reserve``): the live window is copied to the front of a
+# pool about every ``slack`` steps. 64 steps where a step's K/V are small (the demo's), fewer where
+# they are not: at NLLB-200-600M's 12 layers x 1024, a step of 128 rows is 12.6 MB, and 64 steps of
+# headroom were half the server's memory under load. The slack is what ``POOL_SLACK_BYTES`` holds
+# at the loop's widest batch, at least ``MIN_POOL_SLACK`` steps.
+POOL_SLACK_BYTES = 64 << 20
+MAX_POOL_SLACK, MIN_POOL_SLACK = 64, 8
+
+
+def default_pool_slack(spec, rows: int, itemsize: int) -> int:
+    """The pool headroom in steps for ``rows`` hypotheses of ``spec``'s K/V cache."""
+    per_step = 2 * rows * spec.layers * spec.heads * spec.d_k * itemsize
+    return max(MIN_POOL_SLACK, min(MAX_POOL_SLACK, POOL_SLACK_BYTES // max(per_step, 1)))
+
+
 class InflightBatcher:
     """Runs the decode loop in a background thread; ``submit`` from any thread."""
 
     def __init__(self, runtime: StepRuntime, max_sentences: int | None = None, max_beam: int = graphs.DEFAULT_MAX_BEAM,
-                 pool_slack: int = 64, limits: QueueLimits | None = None):
+                 pool_slack: int | None = None, limits: QueueLimits | None = None):
         spec = runtime.spec
         self.limits = limits or QueueLimits()
         self.runtime, self.spec = runtime, spec
         self.max_sentences = max_sentences or spec.max_batch
         self.max_beam = max_beam
-        self.slack = pool_slack
         # Hypotheses for max_sentences at the served default beam; wider beams admit fewer at once.
         self.max_rows = self.max_sentences * max(1, min(max_beam, spec.beam_size))
         self._float = getattr(runtime, "_float", np.float32)
+        self.slack = pool_slack if pool_slack is not None else default_pool_slack(spec, self.max_rows, np.dtype(self._float).itemsize)
         self.arrays: ArrayBackend = getattr(runtime, "arrays", HOST)
         self.arrays.activate()
         self.pool_time = 0  # steps the groups' cache pools hold (_reserve)
@@ -619,7 +634,7 @@ class EnginePool:
 
     def __init__(self, runtime: StepRuntime, workers: int, max_sentences: int | None = None,
                  max_beam: int = graphs.DEFAULT_MAX_BEAM,
-                 pool_slack: int = 64, limits: QueueLimits | None = None):
+                 pool_slack: int | None = None, limits: QueueLimits | None = None):
         total = max_sentences or runtime.spec.max_batch
         share = max(1, -(-total // workers))
         # The queue limit holds for the pool as a whole (checked here); each loop keeps the timeout.

@@ -15,6 +15,7 @@ import ctypes
 import logging
 import os
 import sys
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -29,6 +30,31 @@ from .spec import ModelSpec
 log = logging.getLogger(__name__)
 
 
+_shared_arena: list[bool] = []  # [registered?] once per process
+_shared_arena_lock = threading.Lock()
+
+
+def _register_shared_arena() -> bool:
+    """One CPU arena for every session of the process, growing by what is asked of it.
+
+    By default each session has its own arena and an arena grows by doubling its last chunk: at
+    NLLB-200-600M's 256,206-word logits, the generate process kept ~270 MB more under load than
+    with one shared arena extended by the requested size, at the same speed (measured: 1730 vs
+    1458 MB after the same bulk; switching the arena off saved more and cost 40% of the speed:
+    every step's logits were then fresh pages)."""
+    with _shared_arena_lock:
+        if not _shared_arena:
+            try:
+                info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+                # max_mem 0: no limit; extend strategy 1: kSameAsRequested; chunk sizes: ORT's defaults.
+                ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, 1, -1, -1))
+                _shared_arena.append(True)
+            except Exception as exc:  # noqa: BLE001 - an older runtime: each session keeps its own arena
+                log.warning("ONNX Runtime: no shared CPU arena (%s); each session keeps its own", exc)
+                _shared_arena.append(False)
+        return _shared_arena[0]
+
+
 def session_options(threads: int | None = None) -> ort.SessionOptions:
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -37,6 +63,8 @@ def session_options(threads: int | None = None) -> ort.SessionOptions:
     so.inter_op_num_threads = 1
     # Spinning workers fight the Python thread between calls on small machines (bench/RESULTS.md).
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if _register_shared_arena():
+        so.add_session_config_entry("session.use_env_allocators", "1")
     return so
 
 
