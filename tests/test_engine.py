@@ -415,8 +415,9 @@ def test_the_cache_pools_headroom_is_sized_by_memory():
     from nmtserve.engine.batcher import MIN_POOL_SLACK, default_pool_slack
     from nmtserve.runtime.spec import ModelSpec
 
-    small = ModelSpec(layers=3, heads=4, d_k=64, vocab=8000)
-    nllb = ModelSpec(layers=12, heads=16, d_k=64, vocab=256206)
+    ids = dict(max_positions=256, pad_id=0, bos_id=1, eos_id=2, unk_id=3)
+    small = ModelSpec(layers=3, heads=4, d_k=64, vocab=8000, **ids)
+    nllb = ModelSpec(layers=12, heads=16, d_k=64, vocab=256206, **ids)
     assert default_pool_slack(small, rows=128, itemsize=4) == 64
     assert default_pool_slack(nllb, rows=128, itemsize=4) == MIN_POOL_SLACK
     assert default_pool_slack(nllb, rows=16, itemsize=4) == 64 * 2**20 // (2 * 16 * 12 * 1024 * 4)
