@@ -6,10 +6,10 @@
 (One job in ~850 lines: the run from the model it builds to the targets' table, every part used
 once; CTranslate2's own process is ``_ct2_process.py``, the memory readings ``_memory.py``.)
 
-600m: ~30-45 min (estimated from smaller sizes: setup ~15-20 min, the passes the rest) and a
-peak of ~15-18 GB of memory in the int8 export (ONNX Runtime's quantizer on the 2.9 GB decoder
-graph); ``--workdir`` keeps the checkpoint, repositories and CT2 models and reuses every finished
-one on the next run (a temporary directory, removed at the end, without it).
+600m: ~14 min with one round (setup ~5 min: each export ~80 s at a peak of ~3.8 GB, 1.6x the
+checkpoint); 1.3b: about twice that. ``--workdir`` keeps the checkpoint, repositories and CT2
+models and reuses every finished one on the next run (a temporary directory, removed at the end,
+without it).
 
 The model is built here, no downloads: transformers' ``M2M100ForConditionalGeneration`` (NLLB-200's
 class) with seeded random weights and tied embeddings, written with ``save_pretrained`` beside a
@@ -18,8 +18,10 @@ a sentencepiece model of 240 pieces; its ids are all small, the model's vocabula
 size and a random model emits ids past the tokenizer's, which is fine for speed). Shapes:
 
 * ``600m``:  d_model 1024, 12+12 layers, 16 heads, FFN 4096, vocabulary 256,206 (615M parameters);
+* ``1.3b``:  d_model 1024, 24+24 layers, 16 heads, FFN 8192, vocabulary 256,206 (1.37B, 5.5 GB in fp32:
+  NLLB-200-1.3B's shape; its export and both engines must fit a 24 GB machine);
 * ``small``: d_model 256, 3+3 layers, 4 heads, FFN 1024, vocabulary 32,000 (14M), its graphs' weights
-  forced into external data files as the 600m graphs' are (over 2 GB each). At this size fixed
+  forced into external data files as the larger graphs' are. At this size fixed
   costs dominate (the server's five processes, ~300 MB idle): its ratios say little about 600m.
 
 Two changes to the random weights make both engines do the same, comparable work:

@@ -16,19 +16,31 @@ from nmtserve.server import leftovers
 ROOT = Path(__file__).resolve().parents[1]
 # What servers had left on the machine before this session (issue 27: the session must add nothing).
 _LEFTOVERS_BEFORE = set(leftovers.present())
+_PYTHON_ENVS_BEFORE = leftovers.python_envs()  # the Python backend's /tmp/python_env_* (no owner in the name)
+
+
+_LEFT: dict = {}  # what pytest_sessionfinish found, printed in the terminal summary
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """Count what the session's servers left behind (shared memory, temporary logs, drain flags):
-    a stopped server must leave nothing, and one that failed keeps only its log for the report."""
+    """Count what the session's servers left behind (shared memory, temporary logs, drain flags,
+    the Python backend's environment folders): a stopped server must leave nothing, and one that
+    failed keeps only its log for the report."""
     left = {path: owner for path, owner in leftovers.present().items()
             if path not in _LEFTOVERS_BEFORE and (owner == os.getpid() or not leftovers.is_alive(owner))}
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(f"server leftovers of this session: {len(left)}"
-                            + "".join(f"\n  {p}" for p in sorted(left)[:20]))
-    if any(not p.name.endswith(".log") for p in left):  # shared memory or a drain flag: never
+    left.update({path: 0 for path in leftovers.python_envs() - _PYTHON_ENVS_BEFORE})
+    _LEFT.clear()
+    _LEFT.update(left)
+    if any(not p.name.endswith(".log") for p in left):  # shared memory, a drain flag, a folder: never
         session.exitstatus = 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The count on a line of its own (the session-finish hooks run before the progress line ends)."""
+    terminalreporter.write_line(f"server leftovers of this session: {len(_LEFT)}"
+                                + "".join(f"\n  {p}" for p in sorted(_LEFT)[:20]))
+
+
 DEMO = ROOT / "models" / "en-fr-numbers"
 
 

@@ -353,8 +353,9 @@ def test_beyond_loopback_the_admin_apis_need_the_admin_key(
 
 @pytest.mark.server
 def test_a_stopped_server_leaves_no_shared_memory_and_a_dead_launchers_leftovers_are_reaped(install, tmp_path):
-    """The Python backend's regions carry the server's name and go with it; files named after a
-    launcher that no longer runs (killed with SIGKILL) are removed by the next start."""
+    """The Python backend's regions carry the server's name and go with it, so does its
+    /tmp/python_env_XXXXXX; files named after a launcher that no longer runs (killed with SIGKILL)
+    are removed by the next start."""
     from nmtserve.server import leftovers
 
     repository = Path(__file__).parent / "fixtures" / "echo_repository"
@@ -366,12 +367,27 @@ def test_a_stopped_server_leaves_no_shared_memory_and_a_dead_launchers_leftovers
     mine = Path(tempfile.gettempdir()) / f"{leftovers.LOG_PREFIX}{os.getpid()}-kept.log"  # a live launcher's
     for path in (*stale, mine):
         path.write_bytes(b"")
+    # A dead launcher's record of the Python backend's folders: the empty one goes, a full one stays.
+    empty_env, full_env = (Path(tempfile.mkdtemp(prefix="python_env_", dir=leftovers.PYTHON_ENV_DIR)) for _ in range(2))
+    (full_env / "extracted").write_text("another Triton's environment")
+    record = Path(tempfile.gettempdir()) / f"{leftovers.PYENV_PREFIX}{dead.pid}-x.txt"
+    record.write_text(f"{empty_env}\n{full_env}\n/etc\n")
+    envs_before = leftovers.python_envs()
     server = TritonServer(ServerConfig.on_free_ports(repository, cache_dir=tmp_path / "cache"), install)
     with server:
         server.wait_until_ready(120)
-        assert not any(path.exists() for path in stale)
+        assert not any(path.exists() for path in (*stale, record, empty_env))
+        assert full_env.exists() and Path("/etc").is_dir()
         regions = list(leftovers.SHM_DIR.glob(f"{server._shm_prefix}*"))
         assert regions, "the Python backend's regions carry the server's prefix"
+        made = leftovers.python_envs() - envs_before
+        assert made, "the Python backend makes /tmp/python_env_XXXXXX when it loads"
+        kept = server._python_env_record
+        assert kept is not None and set(kept.read_text().split()) == {str(p) for p in made}
     assert not list(leftovers.SHM_DIR.glob(f"{server._shm_prefix}*"))
+    assert not any(path.exists() for path in made), "a stopped server leaves no /tmp/python_env_*"
+    assert not kept.exists()
     assert mine.exists()
     mine.unlink()
+    (full_env / "extracted").unlink()
+    full_env.rmdir()

@@ -101,5 +101,15 @@ def test_a_one_model_server_lists_its_pair(demo_server, tmp_path):
     done = subprocess.run([sys.executable, "-m", "nmtserve.cli", "pairs", "--url", demo_server.urls.grpc_address],
                           capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (0, "en-fr\n", "")
+    # `nmtserve languages` lists the pair's languages (it said "nmtserve translate: error" and exited 0).
+    done = subprocess.run([sys.executable, "-m", "nmtserve.cli", "languages", "--url", demo_server.urls.grpc_address],
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "en\ten\tEnglish\nfr\tfr\tFrench\n", "")
+    done = subprocess.run([sys.executable, "-m", "nmtserve.cli", "languages", "--json", "--url", demo_server.urls.grpc_address],
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.splitlines()[0] == '{"code": "en", "iso": "en", "name": "English", "targets": ["fr"]}'
+    from nmtserve.client.cli import _pair_languages
+
+    assert _pair_languages(["unknown-unknown"]) == [] and [lang.code for lang in _pair_languages(["de-unknown"])] == []
     (tmp_path / "tokenizer_config.json").write_text('{"source_lang": "de"}')
     assert named_pair(tmp_path) == "de-unknown"

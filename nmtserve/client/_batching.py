@@ -216,9 +216,13 @@ def _check_encodable(index: int, text: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        # Lone surrogates: what decoding bytes with errors="surrogateescape" leaves behind.
+        # Lone surrogates: what decoding bytes with errors="surrogateescape" leaves behind (U+DC80
+        # to U+DCFF stand for the bytes 0x80 to 0xFF that were not UTF-8), or a caller's own.
+        code = ord(text[exc.start])
+        what = (f"byte 0x{code - 0xDC00:02X}" if 0xDC80 <= code <= 0xDCFF
+                else f"a lone surrogate U+{code:04X}")
         raise InvalidInputError(
-            f"text is not valid Unicode: it cannot be encoded as UTF-8 ({exc.reason} at "
-            f"character {exc.start})",
+            f"text is not valid UTF-8: {what} at character {exc.start + 1} (save the input as UTF-8, "
+            "e.g. `iconv -f latin1 -t utf-8`)",
             index=index,
         ) from None

@@ -20,10 +20,12 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
 
+from ..contract import UNKNOWN_LANGUAGE
 from ..exitcodes import EXIT_ERROR, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
+from ..languages import Language, describe
 from . import _constants as C
 from ._protocol import Options, Translation
 from ._sync import Translator
@@ -292,16 +294,18 @@ def translate_remote(
         return EXIT_OK
 
 
-def _ask(args: argparse.Namespace, stderr: TextIO, question: Callable[[Translator], Any]) -> tuple[int, Any]:
-    """(exit status, answer) of one question to the server (its configuration)."""
+def _ask(args: argparse.Namespace, stderr: TextIO, question: Callable[[Translator], Any],
+         prog: str = PROG) -> tuple[int, Any]:
+    """(exit status, answer) of one question to the server (its configuration); errors are
+    reported under ``prog``, the command's own name."""
     try:
         with Translator(_urls(args.url), protocol=args.protocol, model=args.model, timeout=args.timeout) as translator:
             return EXIT_OK, question(translator)
     except ValueError as exc:
-        _report(stderr, str(exc))
+        _report(stderr, str(exc), prog)
         return EXIT_USAGE, None
     except TranslationError as exc:
-        _report(stderr, str(exc))
+        _report(stderr, str(exc), prog)
         return exit_code(exc), None
 
 
@@ -309,7 +313,7 @@ def list_pairs(args: argparse.Namespace, stdout: TextIO | None = None, stderr: T
     """``nmtserve pairs``: one pair per line (a one-model server: its model's pair; a multilingual
     model: a pointer to ``nmtserve languages`` on stderr)."""
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
-    code, pairs = _ask(args, stderr, Translator.pairs)
+    code, pairs = _ask(args, stderr, Translator.pairs, "nmtserve pairs")
     if code != EXIT_OK:
         return code
     if not pairs:
@@ -319,16 +323,28 @@ def list_pairs(args: argparse.Namespace, stdout: TextIO | None = None, stderr: T
     return EXIT_OK
 
 
+def _pair_languages(pairs: list[str]) -> list[Language]:
+    """The languages of a one-model server's pair ("en-fr": en into fr, and fr), [] when its
+    checkpoint names neither side."""
+    sides = [p.split("-", 1) for p in pairs if "-" in p]
+    named = [(s, t) for s, t in sides if s != UNKNOWN_LANGUAGE and t != UNKNOWN_LANGUAGE]
+    codes = list(dict.fromkeys(c for pair in named for c in pair))
+    return [replace(lang, targets=tuple(t for s, t in named if s == lang.code)) for lang in describe(codes)]
+
+
 def list_languages(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """``nmtserve languages``: one language per line, tab-separated: the code to pass as
     --source-lang / --target-lang, its ISO 639 code, its English name (--json: one object per line,
     with the codes it translates into)."""
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
-    code, languages = _ask(args, stderr, Translator.languages)
+    prog = "nmtserve languages"
+    code, languages = _ask(args, stderr, lambda t: t.languages() or _pair_languages(t.pairs()), prog)
     if code != EXIT_OK:
         return code
     if not languages:
-        _report(stderr, f"{args.model} serves one model without language codes (exported without --pair)")
+        _report(stderr, f"{args.model} serves one model whose checkpoint names neither of its languages "
+                        "(export it with --pair SRC-TGT to name them)", prog)
+        return EXIT_ERROR
     for lang in languages:
         if args.json:
             stdout.write(json.dumps({"code": lang.code, "iso": lang.iso, "name": lang.name,
@@ -455,6 +471,6 @@ def _describe(error: TranslationError, inputs: Lines | None) -> str:
     return message
 
 
-def _report(stderr: TextIO, message: str) -> None:
-    stderr.write(f"{PROG}: error: {' '.join(message.splitlines())}\n")
+def _report(stderr: TextIO, message: str, prog: str = PROG) -> None:
+    stderr.write(f"{prog}: error: {' '.join(message.splitlines())}\n")
     stderr.flush()

@@ -284,6 +284,10 @@ class TritonServer:
         self._log_handle: IO[bytes] | None = None
         self._log_thread: threading.Thread | None = None
         self._drain_file: Path | None = None
+        # The Python backend's /tmp/python_env_* folders: those there before the start, and the
+        # record of the ones this server made (leftovers.py).
+        self._python_envs_before: set[Path] | None = None  # None: nothing to diff (not started, or recorded)
+        self._python_env_record: Path | None = None
         self._models: list[str] = []  # what Triton loads (check_model_repository, at start)
         self.stop_notes: list[str] = []  # what the last stop did, for the console
 
@@ -375,6 +379,7 @@ class TritonServer:
         self._drain_file = drain.new_flag()
         LOGGER.info("starting tritonserver: %s", " ".join(command))
         LOGGER.info("tritonserver log: %s", self._log_path)
+        self._python_envs_before = leftovers.python_envs()
         self._process = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
@@ -435,6 +440,12 @@ class TritonServer:
                     if response.status == 200:
                         elapsed = time.monotonic() - started
                         LOGGER.info("tritonserver ready after %.2f s", elapsed)
+                        # The Python backend made its folder while loading: recorded now, while
+                        # another server starting later cannot have made one yet.
+                        if self._python_envs_before is not None:
+                            self._python_env_record = leftovers.record_python_envs(
+                                self._python_envs_before, self._python_env_record)
+                            self._python_envs_before = None
                         return elapsed
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
                 pass  # not listening yet, or 400 while models load
@@ -549,6 +560,11 @@ class TritonServer:
         if self._drain_file is not None:
             drain.remove(self._drain_file)
         leftovers.remove_shm(self._shm_prefix)
+        record = self._python_env_record
+        if self._python_envs_before is not None:  # stopped before it was ready: what appeared since its start
+            record = leftovers.record_python_envs(self._python_envs_before, record)
+        leftovers.remove_python_envs(record)
+        self._python_env_record, self._python_envs_before = None, None
         if self._log_thread is not None:
             self._log_thread.join(timeout=5.0)
             self._log_thread = None
