@@ -175,6 +175,18 @@ def test_int8_tables_and_the_tied_projection_share_one_initializer(graphs_fp32_i
 # ---- served: 1,000 held-out sentences alone, in bulk, and concurrently -------------------------------------
 
 
+def _random_spans(n: int, seed: int = 7) -> list[tuple[int, int]]:
+    """[0, n) cut into requests of 1..24 sentences, shuffled (the order concurrent clients send them)."""
+    rng = random.Random(seed)
+    spans, start = [], 0
+    while start < n:
+        size = rng.randint(1, 24)
+        spans.append((start, min(start + size, n)))
+        start += size
+    rng.shuffle(spans)
+    return spans
+
+
 def _translate_three_ways(url: str, texts: list[str]) -> dict[str, list[tuple[str, float]]]:
     from nmtserve.client import Translator
 
@@ -186,13 +198,7 @@ def _translate_three_ways(url: str, texts: list[str]) -> dict[str, list[tuple[st
         ways["bulk"] = pairs(client.translate(texts))
         ways["alone"] = [pairs([client.translate(t)])[0] for t in texts]
     # Concurrent clients, each sending requests of random sizes (1..24 sentences) from its own share.
-    rng = random.Random(7)
-    spans, start = [], 0
-    while start < len(texts):
-        size = rng.randint(1, 24)
-        spans.append((start, min(start + size, len(texts))))
-        start += size
-    rng.shuffle(spans)
+    spans = _random_spans(len(texts))
     results: list = [None] * len(texts)
     errors: list = []
 
@@ -282,13 +288,7 @@ def test_gpu_translations_do_not_depend_on_the_batch(tmp_path, demo_checkpoint, 
 
         ways = {"bulk": best(engine.translate(sources, search, timeout=600)),
                 "alone": [best(engine.translate([s], search, timeout=60))[0] for s in sources]}
-        rng = random.Random(7)
-        spans, start = [], 0
-        while start < len(sources):
-            size = rng.randint(1, 24)
-            spans.append((start, min(start + size, len(sources))))
-            start += size
-        rng.shuffle(spans)
+        spans = _random_spans(len(sources))
         concurrent: list = [None] * len(sources)
 
         def submit(mine):

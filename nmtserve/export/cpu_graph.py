@@ -203,12 +203,7 @@ def build_cpu_encoder(model: Transformer, path: Path, external_data_bytes: int =
         for i, layer in enumerate(layers):
             p = f"/encoder_layers.{i}"
             attn = layer.self_attn
-            scale = 1.0 / math.sqrt(d_k)  # folded into the query's weights
-            weight = np.concatenate([_weight_t(attn.q_proj) * scale, _weight_t(attn.k_proj), _weight_t(attn.v_proj)], axis=1)
-            bias = torch.cat([attn.q_proj.bias * scale, attn.k_proj.bias, attn.v_proj.bias]).float()
-            qkv = b.one("MatMul", [y, b.const(f"{p}.self_attn.qkv_proj.weight_t", weight)], f"{p}/self_attn/qkv_proj/MatMul")
-            qkv = b.one("Add", [qkv, b.const(f"{p}.self_attn.qkv_proj.bias", bias)], f"{p}/self_attn/qkv_proj/Add")
-            q, k, v = b.op("Split", [qkv, b.ints(f"{p}/self_attn/split_sizes", [d, d, d])], f"{p}/self_attn/split", 3, axis=1)
+            q, k, v = _qkv(b, attn, y, d, h, p)
             q, k, v = (b.one("Reshape", [t, bshd], f"{p}/self_attn/{n}_bshd") for t, n in ((q, "q"), (k, "k"), (v, "v")))
             q = b.one("Transpose", [q], f"{p}/self_attn/q_bhsd", perm=[0, 2, 1, 3])
             k = b.one("Transpose", [k], f"{p}/self_attn/k_bhds", perm=[0, 2, 3, 1])
@@ -337,19 +332,24 @@ def _linear(b: _Builder, x: str, linear: torch.nn.Linear, name: str) -> str:
     return y
 
 
+def _qkv(b: _Builder, attn, y: str, d: int, h: int, p: str) -> list[str]:
+    """The self-attention's query, key and value of ``y`` (N, d): one MatMul on the three weights
+    side by side and a Split; 1/sqrt(d_k) folded into the query's weights."""
+    scale = 1.0 / math.sqrt(d // h)
+    weight = np.concatenate([_weight_t(attn.q_proj) * scale, _weight_t(attn.k_proj), _weight_t(attn.v_proj)], axis=1)
+    bias = torch.cat([attn.q_proj.bias * scale, attn.k_proj.bias, attn.v_proj.bias]).float()
+    qkv = b.one("MatMul", [y, b.const(f"{p}.self_attn.qkv_proj.weight_t", weight)], f"{p}/self_attn/qkv_proj/MatMul")
+    qkv = b.one("Add", [qkv, b.const(f"{p}.self_attn.qkv_proj.bias", bias)], f"{p}/self_attn/qkv_proj/Add")
+    return b.op("Split", [qkv, b.ints(f"{p}/self_attn/split_sizes", [d, d, d])], f"{p}/self_attn/split", 3, axis=1)
+
+
 def _self_attention(b: _Builder, shared: _Shared, attn, y: str, i: int, d: int, h: int, p: str) -> tuple[str, str, str]:
     """-> the attention output before out_proj (N, d), and the new key and value (N, d).
 
     As ``MultiHeadAttention.self_step``: the past is gathered a whole row (every head) at a time,
     every head is scored in one MatMul against a block-diagonal query (row j holds head j's query
     in block j), and the new entry is scored on its own, so the cache is never concatenated."""
-    d_k = d // h
-    scale = 1.0 / math.sqrt(d_k)  # folded into the query's weights
-    weight = np.concatenate([_weight_t(attn.q_proj) * scale, _weight_t(attn.k_proj), _weight_t(attn.v_proj)], axis=1)
-    bias = torch.cat([attn.q_proj.bias * scale, attn.k_proj.bias, attn.v_proj.bias]).float()
-    qkv = b.one("MatMul", [y, b.const(f"{p}.self_attn.qkv_proj.weight_t", weight)], f"{p}/self_attn/qkv_proj/MatMul")
-    qkv = b.one("Add", [qkv, b.const(f"{p}.self_attn.qkv_proj.bias", bias)], f"{p}/self_attn/qkv_proj/Add")
-    q, k, v = b.op("Split", [qkv, b.ints(f"{p}/self_attn/split_sizes", [d, d, d])], f"{p}/self_attn/split", 3, axis=1)
+    q, k, v = _qkv(b, attn, y, d, h, p)
     rows = shared.rows if i == 0 else b.one("Add", [shared.rows, b.const(f"{p}/rows/layer", np.asarray(i, np.int32))], f"{p}/rows")
     past_k = b.one("Gather", [shared.past_key, rows], f"{p}/self_attn/past_k", axis=0)  # (N, T, d)
     past_v = b.one("Gather", [shared.past_value, rows], f"{p}/self_attn/past_v", axis=0)
