@@ -28,7 +28,11 @@ def pytest_sessionfinish(session, exitstatus):
     failed keeps only its log for the report."""
     left = {path: owner for path, owner in leftovers.present().items()
             if path not in _LEFTOVERS_BEFORE and (owner == os.getpid() or not leftovers.is_alive(owner))}
-    left.update({path: 0 for path in leftovers.python_envs() - _PYTHON_ENVS_BEFORE})
+    # The Python backend's folders carry no owner: counted when no other launcher runs on the
+    # machine (CI), since another's server may have made one meanwhile.
+    others = {owner for owner in leftovers.present().values() if owner != os.getpid() and leftovers.is_alive(owner)}
+    if not others:
+        left.update({path: 0 for path in leftovers.python_envs() - _PYTHON_ENVS_BEFORE})
     _LEFT.clear()
     _LEFT.update(left)
     if any(not p.name.endswith(".log") for p in left):  # shared memory, a drain flag, a folder: never

@@ -132,6 +132,8 @@ def test_languages_detect_settings_and_health(gateway):
     page = gateway.get("/")
     assert page.status_code == 200 and "/static/app.js" in page.text
     assert "https://" not in page.text + gateway.get("/static/app.js").text + gateway.get("/static/style.css").text
+    icon = gateway.get("/favicon.ico")  # browsers ask for it: no 404 in the log
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
 
 
 @pytest.mark.parametrize(("name", "fmt", "content"), [

@@ -18,7 +18,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "docker" / "Dockerfile.gateway"
 K8S = ROOT / "deploy" / "kubernetes"
-STATIC = ("index.html", "app.js", "style.css")
+STATIC = ("index.html", "app.js", "style.css", "favicon.svg")
 
 
 def test_the_page_ships_in_the_wheel(tmp_path):

@@ -162,3 +162,24 @@ def test_many_sources_detect_in_low_accuracy_mode():
     detector, few = Detector(many), Detector(["de", "en", "es", "fr"])
     assert detect(detector, "Wo ist der Bahnhof?")[0].language == detect(few, "Wo ist der Bahnhof?")[0].language == "de"
     assert detector.low_accuracy and not few.low_accuracy
+
+
+def test_a_gateway_started_before_its_server_waits_quietly(tmp_path, caplog):
+    """No retry warning a second while the server starts: one line saying the gateway waits."""
+    import logging
+
+    from nmtserve.gateway.config import GatewayConfig
+    from nmtserve.gateway.service import Service
+    from nmtserve.server.ports import free_port
+
+    async def run() -> None:
+        service = Service(GatewayConfig(url=f"127.0.0.1:{free_port()}", files_dir=tmp_path / "files"))
+        service.start()
+        await asyncio.sleep(2.5)  # five polls of a server that is not there
+        await service.close()
+
+    with caplog.at_level(logging.INFO):
+        asyncio.run(run())
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("waiting for the translation server" in m for m in messages) == 1, messages
+    assert not any("retrying" in m for m in messages), messages

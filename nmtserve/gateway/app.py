@@ -36,8 +36,12 @@ def create_app(config: GatewayConfig) -> Starlette:
     async def page(request: Request) -> FileResponse:
         return FileResponse(STATIC / "index.html")
 
+    async def favicon(request: Request) -> FileResponse:  # browsers ask for it whatever the page links
+        return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
+
     routes = [
         Route("/", page, methods=["GET"]),
+        Route("/favicon.ico", favicon, methods=["GET"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
         *libretranslate.routes(service),
         *deepl.routes(service),

@@ -46,6 +46,9 @@ def is_one_sentence(text: str) -> bool:
     return not _SEVERAL_SENTENCES.search(text.strip())
 
 
+READY_POLL_S = 0.5  # while the server starts (_warm)
+
+
 class Service:
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
@@ -71,6 +74,12 @@ class Service:
 
     async def _warm(self) -> None:
         try:
+            # A server still starting is waited for quietly: one line, not a retry warning a second.
+            if not await self.translator.is_ready():
+                LOGGER.info("waiting for the translation server at %s to be ready", self.config.url)
+                while not await self.translator.is_ready():
+                    await asyncio.sleep(READY_POLL_S)
+                LOGGER.info("the translation server is ready")
             await (await self.detector()).ready()
         except Exception as exc:  # noqa: BLE001 - logged; every request retries the discovery
             LOGGER.warning("languages not known yet: %s", exc)
