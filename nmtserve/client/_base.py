@@ -101,6 +101,14 @@ def _positive_seconds(name: str, value: float | None) -> float | None:
 Batches = TypeVar("Batches")
 
 
+def languages_of_pairs(pairs: Iterable[str]) -> list[Language]:
+    """The languages of language pairs ("en-fr", "en-de": en into fr and de; fr; de), each with
+    the targets it translates into."""
+    sides = [p.split("-", 1) for p in pairs]
+    codes = list(dict.fromkeys(code for pair in sides for code in pair))
+    return [replace(lang, targets=tuple(t for s, t in sides if s == lang.code)) for lang in describe(codes)]
+
+
 @dataclass(frozen=True)
 class Call:
     """One request and its retry state: a shell runs ``send(timeout)`` until it returns (waiting
@@ -283,9 +291,7 @@ class BaseTranslator(Generic[Batches]):
         codes = self._listed(config, C.LANGUAGES_PARAMETER)
         if codes:
             return [replace(lang, targets=tuple(c for c in codes if c != lang.code)) for lang in describe(codes)]
-        pairs = [p.split("-", 1) for p in self._listed(config, C.PAIRS_PARAMETER)]
-        sides = list(dict.fromkeys(code for pair in pairs for code in pair))
-        return [replace(lang, targets=tuple(t for s, t in pairs if s == lang.code)) for lang in describe(sides)]
+        return languages_of_pairs(self._listed(config, C.PAIRS_PARAMETER))
 
     @property
     def document_model(self) -> str:

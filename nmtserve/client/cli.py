@@ -20,13 +20,14 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from ..contract import UNKNOWN_LANGUAGE
 from ..exitcodes import EXIT_ERROR, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
-from ..languages import Language, describe
+from ..languages import Language
 from . import _constants as C
+from ._base import languages_of_pairs
 from ._protocol import Options, Translation
 from ._sync import Translator
 from ._transports import TLS
@@ -325,11 +326,8 @@ def list_pairs(args: argparse.Namespace, stdout: TextIO | None = None, stderr: T
 
 def _pair_languages(pairs: list[str]) -> list[Language]:
     """The languages of a one-model server's pair ("en-fr": en into fr, and fr), [] when its
-    checkpoint names neither side."""
-    sides = [p.split("-", 1) for p in pairs if "-" in p]
-    named = [(s, t) for s, t in sides if s != UNKNOWN_LANGUAGE and t != UNKNOWN_LANGUAGE]
-    codes = list(dict.fromkeys(c for pair in named for c in pair))
-    return [replace(lang, targets=tuple(t for s, t in named if s == lang.code)) for lang in describe(codes)]
+    checkpoint does not name both sides."""
+    return languages_of_pairs(p for p in pairs if "-" in p and UNKNOWN_LANGUAGE not in p.split("-", 1))
 
 
 def list_languages(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:

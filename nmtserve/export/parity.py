@@ -135,10 +135,7 @@ def compare(reference: Reference, onnx_model: OnnxModel, tolerance: float = 5e-4
             report.max_abs_diff_memory = max(report.max_abs_diff_memory, diffs(got, want)[0])
         candidate = onnx_model.step_model(entry.src, options.beam_size, entry.max_steps)
         for step, (tokens, parents, batch_index) in enumerate(entry.steps):
-            got = candidate.step(tokens, parents, batch_index)
-            all_, rel = diffs(got, reference.log_probs(number, step))
-            stats.max_all, stats.max_relevant = max(stats.max_all, all_), max(stats.max_relevant, rel)
-            stats.steps += 1
+            stats.add_step(candidate.step(tokens, parents, batch_index), reference.log_probs(number, step))
         alone = beam_search(onnx_model.step_model(entry.src, options.beam_size, entry.max_steps), len(entry.lengths),
                             entry.lengths, options, bos_id=reference.bos_id, eos_id=reference.eos_id)
         for i, (want, got) in enumerate(zip(entry.tokens, alone, strict=True)):

@@ -51,22 +51,9 @@ class Checkpoint:
         self.model = None
 
 
-def state_dict_for_saving(model: Transformer) -> dict[str, torch.Tensor]:
-    """The state dict without aliases of tied weights (safetensors refuses shared storage)."""
-    seen: dict[int, str] = {}
-    out = {}
-    for name, tensor in model.state_dict().items():
-        key = tensor.data_ptr()
-        if key in seen:
-            continue
-        seen[key] = name
-        out[name] = tensor.detach().contiguous()
-    return out
-
-
 def _stored(model: Transformer) -> dict[str, torch.Tensor]:
-    """The tensors a checkpoint holds, by name: each tied tensor once, under its first name (as
-    ``state_dict_for_saving``; by identity, so it also works on a model on the meta device)."""
+    """The tensors a checkpoint holds, by name: each tied tensor once, under its first name (by
+    identity, so it also works on a model on the meta device)."""
     seen: set[int] = set()
     out = {}
     for name, tensor in model.state_dict(keep_vars=True).items():
@@ -74,6 +61,11 @@ def _stored(model: Transformer) -> dict[str, torch.Tensor]:
             seen.add(id(tensor))
             out[name] = tensor
     return out
+
+
+def state_dict_for_saving(model: Transformer) -> dict[str, torch.Tensor]:
+    """The state dict without aliases of tied weights (safetensors refuses shared storage)."""
+    return {name: tensor.detach().contiguous() for name, tensor in _stored(model).items()}
 
 
 def _check_names(expected: dict[str, torch.Tensor], weights: dict[str, torch.Tensor], source: str) -> None:

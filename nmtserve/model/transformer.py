@@ -261,6 +261,14 @@ class DecoderLayer(nn.Module):
         return self.sub_ffn.after(x, self.ffn(self.sub_ffn.before(x))), k_new, v_new
 
 
+def _logits_mask(config: TransformerConfig) -> Tensor:
+    """The decoder never emits pad: its log-probability is -inf (as `bad_words_ids=[[pad]]` in
+    transformers' Marian generation config), added after the log-softmax."""
+    mask = torch.zeros(config.tgt_vocab_size)
+    mask[config.pad_id] = float("-inf")
+    return mask
+
+
 class Transformer(nn.Module):
     """Encoder-decoder Transformer. Build it from a ``TransformerConfig``."""
 
@@ -282,7 +290,7 @@ class Transformer(nn.Module):
         self.register_buffer(
             "final_logits_bias", torch.zeros(config.tgt_vocab_size), persistent=config.final_logits_bias
         )
-        self.register_buffer("logits_mask", self.computed_buffers()["logits_mask"], persistent=False)
+        self.register_buffer("logits_mask", _logits_mask(config), persistent=False)
         if self.src_embed.lut.weight.is_meta:  # a layout to load weights into (checkpoint.build_model)
             return
         self._init_weights()
@@ -291,17 +299,12 @@ class Transformer(nn.Module):
         """The buffers the config alone determines (never stored in a checkpoint), by state-dict name."""
         c = self.config
         out = {}
-        if not c.learned_positions:
-            rows = c.max_positions + c.position_offset
-            out["src_embed.pe"] = sinusoidal_positions(rows, c.d_model, c.position_layout)
-            out["tgt_embed.pe"] = sinusoidal_positions(rows, c.d_model, c.position_layout)
+        if not c.learned_positions:  # one table, read by both stacks
+            out["src_embed.pe"] = out["tgt_embed.pe"] = sinusoidal_positions(
+                c.max_positions + c.position_offset, c.d_model, c.position_layout)
         if not c.final_logits_bias:
             out["final_logits_bias"] = torch.zeros(c.tgt_vocab_size)
-        # The decoder never emits pad: its log-probability is -inf (as `bad_words_ids=[[pad]]`
-        # in transformers' Marian generation config), added after the log-softmax.
-        logits_mask = torch.zeros(c.tgt_vocab_size)
-        logits_mask[c.pad_id] = float("-inf")
-        out["logits_mask"] = logits_mask
+        out["logits_mask"] = _logits_mask(c)
         return out
 
     def _init_weights(self) -> None:

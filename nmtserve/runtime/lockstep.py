@@ -118,6 +118,13 @@ class Stats:
     mismatched: int = 0
     decode_seconds: float = 0.0  # the candidate decoding alone
 
+    def add_step(self, got: np.ndarray, want: np.ndarray) -> None:
+        """One step's candidate log-probs against the reference's."""
+        all_, rel = diffs(got, want)
+        self.max_all = max(self.max_all, all_)
+        self.max_relevant = max(self.max_relevant, rel)
+        self.steps += 1
+
 
 def diffs(got: np.ndarray, want: np.ndarray) -> tuple[float, float]:
     """max |got - want| over all finite entries, and over the entries the search can pick;
@@ -140,9 +147,5 @@ class Lockstep:
 
     def step(self, tokens, parents, batch_index):
         want = self.reference.step(tokens, parents, batch_index)
-        got = self.candidate.step(tokens, parents, batch_index)
-        all_, rel = diffs(got, want)
-        self.stats.max_all = max(self.stats.max_all, all_)
-        self.stats.max_relevant = max(self.stats.max_relevant, rel)
-        self.stats.steps += 1
+        self.stats.add_step(self.candidate.step(tokens, parents, batch_index), want)
         return want
