@@ -2,7 +2,7 @@
 
 The one place these names are written. The repository writer builds the configs from it, the
 Triton models and the protocol checks read it, and so does the client. The table for users is
-in the README ("The `translate` contract"). Dependency-free, so the client can import it.
+in docs/contract.md. Dependency-free, so the client can import it.
 
 Ensemble ``translate``: TEXT and the optional decoding options in; TRANSLATION, SCORE and the
 n-best lists out. All models use ``max_batch_size: 0``, so one request carries any number of
@@ -23,7 +23,7 @@ LENGTH_PENALTY = "LENGTH_PENALTY"  # [1] optional: score = sum log p / length **
 NUM_HYPOTHESES = "NUM_HYPOTHESES"  # [1] optional: n-best size k, 1..beam (default 1)
 # [1] optional bool, default false: a sentence's search stops as soon as beam_size hypotheses have
 # finished (transformers' early_stopping=True, near CTranslate2's patience=1 rule) instead of when
-# no running beam can still beat them: fewer steps; a few translations differ (README, the contract table)
+# no running beam can still beat them: fewer steps; a few translations differ (docs/contract.md)
 EARLY_STOPPING = "EARLY_STOPPING"
 TRANSLATION = "TRANSLATION"  # [n] best translation, same order as TEXT
 SCORE = "SCORE"  # [n] its length-normalised log-probability
@@ -39,6 +39,11 @@ SPLIT_SENTENCES = "SPLIT_SENTENCES"
 # [n] int32 out: how many times TEXT[i] was cut inside a sentence to fit the model's token limit
 # (at a clause, else a word break; each piece translated alone); 0 for nearly every sentence
 CUTS = "CUTS"
+# [n] string out: "" or why the translation of TEXT[i] may leave part of it out or be wrong ("may be
+# incomplete: digits of the source are missing (3)", "may be wrong: the model is unsure of it ..."):
+# a source number missing, much shorter than the model's usual length ratio, or a score far under
+# the model's usual (nmtserve.coverage; the ratio and the floor measured at export)
+WARNING = "WARNING"
 
 # -- between the ensemble's steps (and for callers of `generate` with their own ids)
 SRC_IDS = "SRC_IDS"  # [n, S] int32, padded
@@ -122,7 +127,7 @@ LANGUAGE_INPUTS = [*TRANSLATE_INPUTS, *LANGUAGES]
 ROUTER_INPUTS = LANGUAGE_INPUTS
 TRANSLATE_OUTPUTS = [Tensor(TRANSLATION, "TYPE_STRING", (-1,)), Tensor(SCORE, "TYPE_FP32", (-1,)),
                      Tensor(NBEST_TRANSLATION, "TYPE_STRING", (-1, -1)), Tensor(NBEST_SCORE, "TYPE_FP32", (-1, -1)),
-                     Tensor(CUTS, "TYPE_INT32", (-1,))]
+                     Tensor(CUTS, "TYPE_INT32", (-1,)), Tensor(WARNING, "TYPE_STRING", (-1,))]
 TOKENIZE_INPUTS = [Tensor(TEXT, "TYPE_STRING", (-1,)), TARGET_PREFIXES, SPLIT]
 MULTILINGUAL_TOKENIZE_INPUTS = [*TOKENIZE_INPUTS, *LANGUAGES]
 SOURCE_TENSORS = [Tensor(SRC_IDS, "TYPE_INT32", (-1, -1)), Tensor(SRC_LEN, "TYPE_INT32", (-1,))]
@@ -134,8 +139,10 @@ TOKENIZE_OUTPUTS = [*SOURCE_TENSORS, *FORCED_TENSORS, *LAYOUT_TENSORS]
 GENERATE_INPUTS = [*SOURCE_TENSORS, *OPTIONS, *(Tensor(t.name, t.triton_type, t.dims, optional=True) for t in FORCED_TENSORS)]
 GENERATE_OUTPUTS = [Tensor(OUT_IDS, "TYPE_INT32", (-1, -1, -1)), Tensor(OUT_LEN, "TYPE_INT32", (-1, -1)),
                     Tensor(OUT_SCORE, "TYPE_FP32", (-1, -1))]
-# Without the layout (a caller with its own ids) each row is one element.
-DETOKENIZE_INPUTS = [*GENERATE_OUTPUTS, *(Tensor(t.name, t.triton_type, t.dims, optional=True) for t in LAYOUT_TENSORS)]
+# Without the layout (a caller with its own ids) each row is one element; with the request's TEXT
+# (and a multilingual model's languages) each element's WARNING is checked.
+DETOKENIZE_INPUTS = [*GENERATE_OUTPUTS, *(Tensor(t.name, t.triton_type, t.dims, optional=True) for t in LAYOUT_TENSORS),
+                     Tensor(TEXT, "TYPE_STRING", (-1,), optional=True), *LANGUAGES]
 DETOKENIZE_OUTPUTS = TRANSLATE_OUTPUTS
 # The n-best inputs and outputs make no sense for a whole document: one translation comes back.
 DOCUMENT_INPUTS = [Tensor(DOCUMENT, "TYPE_STRING", (1,)), Tensor(FORMAT, "TYPE_STRING", (1,), optional=True),

@@ -42,12 +42,19 @@ class Translation:
     ``error`` is set only with ``on_error="return"``: the sentence was rejected (``text`` is
     empty, ``score`` None) and ``error`` says why (an InvalidInputError whose ``index`` is the
     sentence's input position); every other sentence was translated.
+
+    ``warning`` is "" unless the server's check suggests the translation leaves part of the
+    input out (a number of the input missing, or far shorter than the model usually writes) or
+    is wrong (a score far under the model's usual): then it says why ("may be incomplete: digits
+    of the source are missing (3)", "may be wrong: the model is unsure of it ..."). A server
+    exported before the check always gives "".
     """
 
     text: str
     score: float | None
     hypotheses: list[Hypothesis] | None = None
     error: TranslationError | None = None
+    warning: str = ""
 
     @property
     def ok(self) -> bool:
@@ -167,6 +174,9 @@ class Request:
 
     inputs: tuple[tuple[str, np.ndarray, str], ...]  # (name, array, Triton datatype)
     outputs: tuple[str, ...]
+    # Asked for too, unless the server turned them down once ("unexpected inference output": a
+    # repository exported before them); the transport remembers and asks no more.
+    optional_outputs: tuple[str, ...] = ()
 
 
 def _per_sentence(name: str, value: str | Sequence[str], indices: Sequence[int] | None, n: int) -> list[str]:
@@ -219,7 +229,7 @@ def encode_request(texts: Sequence[bytes], options: Options, indices: Sequence[i
     outputs = [C.OUTPUT_TRANSLATION, C.OUTPUT_SCORE]
     if options.nbest:
         outputs += [C.OUTPUT_NBEST_TRANSLATION, C.OUTPUT_NBEST_SCORE]
-    return Request(tuple(inputs), tuple(outputs))
+    return Request(tuple(inputs), tuple(outputs), (C.OUTPUT_WARNING,))
 
 
 def encode_document_request(text: str, fmt: str, options: Options) -> Request:
@@ -278,8 +288,10 @@ def decode_response(result: InferResult, count: int, options: Options) -> list[T
         scores: list[float | None] = [None] * count
     else:
         scores = [_score(s) for s in _checked(score_array, C.OUTPUT_SCORE, (count,))]
+    warning_array = result.as_numpy(C.OUTPUT_WARNING)
+    warnings = [""] * count if warning_array is None else [_text(w) for w in _checked(warning_array, C.OUTPUT_WARNING, (count,))]
     if not options.nbest:
-        return [Translation(_text(t), s) for t, s in zip(texts, scores, strict=True)]
+        return [Translation(_text(t), s, warning=w) for t, s, w in zip(texts, scores, warnings, strict=True)]
     k = options.num_hypotheses
     nbest_texts = _output(result, C.OUTPUT_NBEST_TRANSLATION, (count, k))
     nbest_scores = _output(result, C.OUTPUT_NBEST_SCORE, (count, k))
@@ -288,8 +300,9 @@ def decode_response(result: InferResult, count: int, options: Options) -> list[T
             _text(t),
             s,
             [Hypothesis(_text(ht), _score(hs)) for ht, hs in zip(row_t, row_s, strict=True)],
+            warning=w,
         )
-        for t, s, row_t, row_s in zip(texts, scores, nbest_texts, nbest_scores, strict=True)
+        for t, s, row_t, row_s, w in zip(texts, scores, nbest_texts, nbest_scores, warnings, strict=True)
     ]
 
 

@@ -8,7 +8,9 @@ imported per protocol, so a gRPC user never imports gevent and an HTTP user neve
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import re
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -113,6 +115,10 @@ def _grpc_client(module: Any, url: str, tls: TLS | None) -> Any:
     )
 
 
+# Triton's answer to a request for an output the model does not have.
+_UNEXPECTED_OUTPUT = re.compile(r"unexpected inference output '([^']+)'")
+
+
 class _Transport:
     """What every transport keeps: where the server is, the time limit, the concurrency, the
     headers sent with every call and the TLS settings."""
@@ -130,6 +136,21 @@ class _Transport:
         self._concurrency = concurrency
         self._headers = dict(headers) if headers else None
         self._tls = tls
+        self._lacking: set[str] = set()  # optional outputs this server does not have
+
+    def _shaped(self, request: Request) -> Request:
+        """``request`` with the optional outputs the server has not turned down."""
+        extra = tuple(o for o in request.optional_outputs if o not in self._lacking)
+        return dataclasses.replace(request, outputs=request.outputs + extra, optional_outputs=())
+
+    def _lacks(self, error: BaseException, request: Request) -> bool:
+        """Whether ``error`` turns down one of ``request``'s optional outputs (then it is not
+        asked for again: the caller sends the request once more)."""
+        found = _UNEXPECTED_OUTPUT.search(str(error))
+        if found is None or found.group(1) not in request.optional_outputs:
+            return False
+        self._lacking.add(found.group(1))  # requests in flight meanwhile find it there too
+        return True
 
 
 # --------------------------------------------------------------------------------------------
@@ -151,7 +172,12 @@ class GrpcTransport(_Transport):
         self._client = _grpc_client(module, self._url, self._tls)
 
     def infer(self, model: str, request: Request, timeout: float | None) -> Any:
-        return self._client.infer(model, **_grpc_infer_args(self._module, request, timeout, self._headers))
+        try:
+            return self._client.infer(model, **_grpc_infer_args(self._module, self._shaped(request), timeout, self._headers))
+        except Exception as exc:
+            if not self._lacks(exc, request):
+                raise
+        return self._client.infer(model, **_grpc_infer_args(self._module, self._shaped(request), timeout, self._headers))
 
     def probe(self, model: str, timeout: float | None) -> tuple[bool, bool]:
         client = self._client
@@ -210,6 +236,14 @@ class HttpTransport(_Transport):
         return client
 
     def infer(self, model: str, request: Request, timeout: float | None) -> Any:
+        try:
+            return self._infer(model, self._shaped(request), timeout)
+        except Exception as exc:
+            if not self._lacks(exc, request):
+                raise
+        return self._infer(model, self._shaped(request), timeout)
+
+    def _infer(self, model: str, request: Request, timeout: float | None) -> Any:
         inputs, outputs = tritonclient_tensors(self._module, request)
         return self._client().infer(
             model, inputs, outputs=outputs, timeout=_server_timeout_us(timeout), headers=self._headers
@@ -262,7 +296,12 @@ class AsyncGrpcTransport(_Transport):
         return self._client
 
     async def infer(self, model: str, request: Request, timeout: float | None) -> Any:
-        return await self._get().infer(model, **_grpc_infer_args(self._module, request, timeout, self._headers))
+        try:
+            return await self._get().infer(model, **_grpc_infer_args(self._module, self._shaped(request), timeout, self._headers))
+        except Exception as exc:
+            if not self._lacks(exc, request):
+                raise
+        return await self._get().infer(model, **_grpc_infer_args(self._module, self._shaped(request), timeout, self._headers))
 
     async def probe(self, model: str, timeout: float | None) -> tuple[bool, bool]:
         client = self._get()
@@ -313,6 +352,14 @@ class AsyncHttpTransport(_Transport):
         return self._client
 
     async def infer(self, model: str, request: Request, timeout: float | None) -> Any:
+        try:
+            return await self._infer(model, self._shaped(request), timeout)
+        except Exception as exc:
+            if not self._lacks(exc, request):
+                raise
+        return await self._infer(model, self._shaped(request), timeout)
+
+    async def _infer(self, model: str, request: Request, timeout: float | None) -> Any:
         inputs, outputs = tritonclient_tensors(self._module, request)
         call = self._get().infer(
             model, inputs, outputs=outputs, timeout=_server_timeout_us(timeout), headers=self._headers

@@ -2,7 +2,11 @@
 
 Exit codes: 0 every line translated; 1 the translation failed (timeout, server error); 2 usage
 or invalid input (bad option, unreadable file, unknown model, or lines the server rejected); 3
-the server could not be reached. A failure prints one line on stderr, naming the input line.
+the server could not be reached; 4 every line translated, but the server warned that some
+translations may be incomplete or wrong (a number of the input missing, far too short, or a
+score far under the model's usual: each is named on stderr as ``FILE:LINE: may be ...``;
+``--json`` records carry ``"warning"``). A
+failure prints one line on stderr, naming the input line.
 
 A line the server rejects (``--on-error``): ``empty`` (default) writes an empty line in its place
 (``--json``: a record with ``"error"``), ``skip`` writes nothing for it, ``fail`` stops there
@@ -24,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from ..contract import UNKNOWN_LANGUAGE
-from ..exitcodes import EXIT_ERROR, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
+from ..exitcodes import EXIT_ERROR, EXIT_INCOMPLETE, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from ..languages import Language
 from . import _constants as C
 from ._base import languages_of_pairs
@@ -134,6 +138,8 @@ def format_line(source: str, translation: Translation, as_json: bool) -> str:
     }
     if translation.error is not None:
         record["error"] = translation.error.message
+    if translation.warning:
+        record["warning"] = translation.warning
     if translation.hypotheses is not None:
         record["nbest"] = [
             {"translation": h.text, "score": h.score} for h in translation.hypotheses
@@ -272,11 +278,15 @@ def translate_remote(
             if not args.files and _isatty(stdin):
                 return _interactive(translator, options, args.json, stdin, stdout, stderr)
             inputs = read_inputs(args.files, stdin)
-            rejected = _translate_all(translator, options, inputs, args, stdout, stderr)
+            rejected, warned = _translate_all(translator, options, inputs, args, stdout, stderr)
         if rejected:
             if getattr(args, "on_error", "fail") != "fail":
                 _report(stderr, f"{rejected} of {len(inputs.lines)} lines rejected (see above)")
             return EXIT_USAGE
+        if warned:
+            _report(stderr, f"{warned} of {len(inputs.lines)} translations may be incomplete or wrong (see "
+                            "above): check them before use", level="warning")
+            return EXIT_INCOMPLETE
         return EXIT_OK
     except UsageError as exc:
         _report(stderr, str(exc))
@@ -385,11 +395,12 @@ def _translate_all(
     stdout: TextIO,
     stderr: TextIO,
 ) -> int:
-    """Translate every input line, writing in order as the prefix completes; the number of lines
-    the server rejected (``--on-error empty|skip``; with ``fail`` the first one raises)."""
+    """Translate every input line, writing in order as the prefix completes; (the number of lines
+    the server rejected (``--on-error empty|skip``; with ``fail`` the first one raises), the number
+    whose translation the server warned about, each named on stderr)."""
     bar = _progress(len(inputs.lines), stderr, args.no_progress)
     on_error = getattr(args, "on_error", "fail")
-    position = rejected = 0
+    position = rejected = warned = 0
     try:
         with closing(translator.translate_batches(inputs.lines, options, "return")) as batches:
             for batch in batches:
@@ -406,6 +417,11 @@ def _translate_all(
                             break
                         if on_error == "skip":
                             continue
+                    elif t.warning:
+                        warned += 1
+                        if bar is not None:
+                            bar.clear()
+                        _report(stderr, f"{inputs.where(i)}: {t.warning}", level="warning")
                     out.append(format_line(inputs.lines[i], t, args.json) + "\n")
                 stdout.write("".join(out))
                 stdout.flush()  # stream: whatever is done in order goes out now
@@ -417,7 +433,7 @@ def _translate_all(
     finally:
         if bar is not None:
             bar.close()
-    return rejected
+    return rejected, warned
 
 
 def _interactive(
@@ -441,6 +457,8 @@ def _interactive(
             if isinstance(exc, ServerUnavailableError):
                 return code
             continue
+        if translation.warning:
+            _report(stderr, translation.warning, level="warning")
         stdout.write(format_line(line, translation, as_json) + "\n")
         stdout.flush()
     return code
@@ -469,6 +487,6 @@ def _describe(error: TranslationError, inputs: Lines | None) -> str:
     return message
 
 
-def _report(stderr: TextIO, message: str, prog: str = PROG) -> None:
-    stderr.write(f"{prog}: error: {' '.join(message.splitlines())}\n")
+def _report(stderr: TextIO, message: str, prog: str = PROG, level: str = "error") -> None:
+    stderr.write(f"{prog}: {level}: {' '.join(message.splitlines())}\n")
     stderr.flush()

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import contract, graphs
+from ..coverage import usual_length_ratio, usual_score_floor
 from ..decoding.search import SearchOptions
 from ..model.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from ..runtime.onnxruntime import OnnxModel
@@ -456,6 +457,10 @@ def _quality_gate(gate: quality.GateSet, ckpt: Checkpoint, spec: ModelSpec, opts
     options = spec.search_options()
     report.quality["fp32"] = quality.baseline(gate, fp32.get(), ckpt.tokenizer, options, opts.max_batch)
     stage("fp32 gate decode", t)
+    # What the served WARNING takes as this model's usual length and lowest score (nmtserve.coverage).
+    spec = dataclasses.replace(spec, length_ratio=usual_length_ratio(gate.sources, gate.fp32 or []),
+                               score_floor=usual_score_floor(gate.fp32_scores or []))
+    spec.save(artifacts[SPEC_FILE])
     repo_opts = _probe_markup(gate, fp32.get(), ckpt, options, opts, report, repo_opts, stage)
     fp32.close()
     if opts.precision == "int8":

@@ -47,6 +47,7 @@ class GateSet:
     # The fp32 graphs' translations (texts and token ids), filled at export and shipped.
     fp32: list[str] | None = None
     fp32_tokens: list[list[int]] | None = None
+    fp32_scores: list[float] | None = None  # their scores (length-normalised log-probabilities)
     # A multilingual model's languages for the set (its own codes, "eng_Latn"); None otherwise.
     source_lang: str | None = None
     target_lang: str | None = None
@@ -103,10 +104,11 @@ def encode_sources(tokenizer, texts: Sequence[str], spec, source_lang: str | Non
 
 
 def translate(runtime, tokenizer, gate: GateSet, options, max_sentences: int | None = None,
-              ) -> tuple[list[list[int]], float]:
+              scores: list[float] | None = None) -> tuple[list[list[int]], float]:
     """Best hypothesis' tokens for every gate sentence (into ``gate.target_lang`` for a
     multilingual model, forced as the server forces it), decoded by the serving engine on
-    ``runtime`` (at most the export's max batch at once: a TensorRT profile ends there); seconds."""
+    ``runtime`` (at most the export's max batch at once: a TensorRT profile ends there); seconds.
+    ``scores``, when given, receives each best hypothesis' score."""
     from ..decoding.search import TargetPrefix  # noqa: PLC0415 - keeps this module light to import
     from ..engine import InflightBatcher  # noqa: PLC0415
 
@@ -123,6 +125,8 @@ def translate(runtime, tokenizer, gate: GateSet, options, max_sentences: int | N
         seconds = time.perf_counter() - started
     finally:
         engine.stop()
+    if scores is not None:
+        scores.extend(float(r[0].score) for r in results)
     return [list(r[0].tokens) for r in results], seconds
 
 
@@ -210,7 +214,8 @@ def baseline(gate: GateSet, runtime, tokenizer, options, max_sentences: int | No
     """Translate the gate set with the fp32 graphs (filling ``gate.fp32``); the fp32 report entry."""
     import sacrebleu  # noqa: PLC0415
 
-    tokens, seconds = translate(runtime, tokenizer, gate, options, max_sentences)
+    gate.fp32_scores = []
+    tokens, seconds = translate(runtime, tokenizer, gate, options, max_sentences, scores=gate.fp32_scores)
     gate.fp32_tokens = tokens
     gate.fp32 = [tokenizer.decode(t) for t in tokens]
     entry: dict = {"sentences": len(gate.sources), "origin": gate.origin, "seconds": round(seconds, 2)}

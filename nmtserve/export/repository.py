@@ -180,7 +180,8 @@ def _ensemble(name: str, params: dict[str, str], sfx: str = "", multilingual: bo
         step("tokenize" + sfx, {t.name: t.name for t in tokenize_inputs}, {n: internal[n] for n in (*sources, *layout)}),
         step("generate" + sfx, {**{n: internal[n] for n in sources}, **options},
              {n: internal[n] for n in (c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE)}),
-        step("detokenize" + sfx, {n: internal[n] for n in (c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE, *layout)},
+        step("detokenize" + sfx, {**{n: internal[n] for n in (c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE, *layout)}, c.TEXT: c.TEXT,
+                                  **({t.name: t.name for t in c.LANGUAGES} if multilingual else {})},
              {t.name: t.name for t in c.TRANSLATE_OUTPUTS}),
     ]
     text = f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 0\n'
@@ -246,7 +247,9 @@ def model_configs(dims: graphs.Dims, opts: RepositoryOptions,
                                               _tensors(contract.GENERATE_OUTPUTS), params=engine_params,
                                               kind=engine_kind), "GenerateModel"),
         "detokenize" + sfx: (_python_model("detokenize" + sfx, _tensors(contract.DETOKENIZE_INPUTS),
-                                           _tensors(contract.DETOKENIZE_OUTPUTS), params=art), "DetokenizeModel"),
+                                           _tensors(contract.DETOKENIZE_OUTPUTS),
+                                           params={**art, contract.PAIR_PARAMETER: ensemble_params.get(contract.PAIR_PARAMETER, "")}),
+                          "DetokenizeModel"),
         document: (
             _python_model(document, _tensors(contract.DOCUMENT_INPUTS), _tensors(contract.DOCUMENT_OUTPUTS),
                           params={"translate_model": opts.name, "max_document_chars": str(opts.max_document_chars),

@@ -47,6 +47,12 @@ class ModelSpec:
     # TensorRT build choices of the export (nmtserve.export.engines reads them at container start).
     fp16: bool = False
     max_beam: int = graphs.DEFAULT_MAX_BEAM  # widest beam the server accepts; the decoder profile's beam axis covers it
+    # The model's usual target / source length in characters on the export's held-out sentences
+    # (nmtserve.coverage.usual_length_ratio; 0: not measured): a much shorter translation is flagged.
+    length_ratio: float = 0.0
+    # Below this score (length-normalised log-probability) a translation is flagged "may be wrong":
+    # SCORE_FLOOR_FACTOR times the 1st percentile of the held-out sentences' scores (0: not measured).
+    score_floor: float = 0.0
     tokenizer: dict = field(default_factory=dict)  # file names relative to the spec's folder
     hashes: dict = field(default_factory=dict)  # sha256 of the graphs, for stale-engine checks
 

@@ -120,7 +120,13 @@ class DetokenizeModel:
 
         params, version_dir = stub.parameters(args)
         folder = stub.artifacts(params, version_dir)
-        self.tokenizer = load_tokenizer(folder, ModelSpec.load(folder / SPEC_FILE))
+        spec = ModelSpec.load(folder / SPEC_FILE)
+        self.tokenizer = load_tokenizer(folder, spec)
+        self.length_ratio, self.score_floor = spec.length_ratio, spec.score_floor
+        # A one-model ensemble's languages (its pair parameter; "unknown" where the checkpoint
+        # does not name them): the number words WARNING looks for.
+        pair = params.get(c.PAIR_PARAMETER, "").split("-")
+        self.pair = tuple(None if p in ("", c.UNKNOWN_LANGUAGE) else p for p in pair) if len(pair) == 2 else (None, None)
 
     def execute(self, requests: list) -> list:
         out = []
@@ -138,7 +144,9 @@ class DetokenizeModel:
                 for j in range(k):
                     texts[i, j] = self.tokenizer.decode(ids[i, j, : int(lengths[i, j])].tolist()).encode("utf-8")
             counts = stub.input_array(request, c.PIECES)
+            best = scores[:, 0].astype(np.float32) if k else np.zeros(m, dtype=np.float32)
             try:
+                lowest = _lowest_per_element(best, counts)
                 texts, scores = join_pieces(texts, scores, counts, stub.input_array(request, c.GAPS))
             except InputError as exc:
                 out.append(pb_utils.InferenceResponse(error=stub.error(str(exc))))
@@ -147,6 +155,7 @@ class DetokenizeModel:
             if cuts is None or cuts.shape != (texts.shape[0],):
                 cuts = np.zeros(texts.shape[0], dtype=np.int32)
             out.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor(c.WARNING, self._warnings(request, texts[:, 0], lowest)),
                 pb_utils.Tensor(c.TRANSLATION, texts[:, 0].copy()),
                 pb_utils.Tensor(c.SCORE, scores[:, 0].copy()),
                 pb_utils.Tensor(c.NBEST_TRANSLATION, texts),
@@ -154,6 +163,42 @@ class DetokenizeModel:
                 pb_utils.Tensor(c.CUTS, cuts.astype(np.int32)),
             ]))
         return out
+
+
+    def _warnings(self, request, translations: np.ndarray, lowest: np.ndarray) -> np.ndarray:
+        """WARNING [n]: per element, "" or why its translation may leave part of TEXT out or be
+        wrong (nmtserve.coverage; ``lowest``: the lowest score of its sentences); all "" when the
+        request's TEXT did not come along."""
+        from ..coverage import warning
+        from ..languages import describe
+
+        out = np.full(translations.shape[0], b"", dtype=np.object_)
+        text = stub.input_array(request, c.TEXT)
+        if text is None or text.shape != translations.shape:
+            return out
+        source, target = self.pair
+        names = {}
+        for name in (c.SOURCE_LANG, c.TARGET_LANG):
+            value = stub.input_array(request, name)
+            if value is not None and value.size:
+                names[name] = [describe([v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)])[0].iso
+                               for v in value.reshape(-1).tolist()]
+        for i, (src, tgt) in enumerate(zip(text.tolist(), translations.tolist(), strict=True)):
+            src_lang = names[c.SOURCE_LANG][0] if c.SOURCE_LANG in names else source
+            targets = names.get(c.TARGET_LANG)
+            tgt_lang = (targets[i] if len(targets) == len(out) else targets[0]) if targets else target
+            source_text, translation = (x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in (src, tgt))
+            out[i] = warning(source_text, translation, src_lang, tgt_lang, self.length_ratio, float(lowest[i]),
+                             self.score_floor).encode("utf-8")
+        return out
+
+
+def _lowest_per_element(scores: np.ndarray, counts: np.ndarray | None) -> np.ndarray:
+    """Per TEXT element, the lowest of its sentences' scores (``counts`` of PIECES; None: one row each)."""
+    if counts is None or counts.ndim != 1 or counts.sum() != scores.shape[0] or counts.min(initial=1) < 1:
+        return scores
+    return np.array([scores[start:start + n].min() for start, n in zip(np.cumsum(counts) - counts, counts, strict=True)],
+                    dtype=np.float32)
 
 
 class GenerateModel:
