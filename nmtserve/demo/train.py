@@ -31,6 +31,7 @@ from ..model.reference import translate
 from ..model.tokenizer import Tokenizer
 from ..model.transformer import Transformer
 from .corpus import build_splits
+from .joined import JOINED_KINDS, LEXICON, joined_examples, short_examples
 from .typed import typed_examples
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,16 @@ class TrainOptions:
     typed_train_size: int = 150_000
     typed_valid_size: int = 300
     typed_test_size: int = 1000
+    # Pairs as people join them (joined.py): clauses with "and", lists of counted things, dates
+    # as "12 march", run-on lines, and the greetings and questions people type first. Held out:
+    # a "joined" set (joined.en / joined.fr) and a "first words" set (first.en / first.fr).
+    joined_train_size: int = 150_000
+    joined_valid_size: int = 200
+    joined_test_size: int = 1000
+    first_test_size: int = 300
+    # Short inputs repeated (joined.short_examples): greetings, questions and numbers alone, the
+    # lexicon a person types first; unique sources alone would show each of them about once.
+    short_train_size: int = 40_000
     vocab_size: int = 800  # an upper bound: the corpus supports fewer pieces
     # Sized for a 2-core CPU and a ~60 minute budget (~0.4 s a step): d_model 256 trains ~2.5x
     # slower per token, and more steps of the smaller model paid more.
@@ -70,7 +81,7 @@ class TrainOptions:
     # saved checkpoint is whichever of the raw and averaged weights matches more of the
     # validation set.
     ema_decay: float = 0.998
-    max_steps: int = 7000
+    max_steps: int = 9000
     # A guard for slower or busy machines, where fewer steps mean a weaker model (resume
     # with --resume); the schedule is by steps, so a stop by time leaves the rate high.
     max_minutes: float = 75.0
@@ -167,22 +178,40 @@ def _keep_better_weights(
 
 
 def _splits(opts: TrainOptions) -> dict[str, list[tuple[str, str]]]:
-    """The corpus splits plus the typed ones, every English source in one split only.
+    """The corpus splits plus the typed and joined ones, every English source in one split only.
 
     The tidy splits are ``build_splits``' (so the test set of earlier models stays the same);
     the typed held-out pairs come from their own stream (seed + 1) and leave the tidy training
     data, the typed training pairs from another (seed + 2) that skips every held-out source.
+    The joined held-out pairs (seed + 3: the joined test and valid sets, then seed + 4: the
+    first words, never an entry of the lexicon) and the joined training pairs (seed + 5) follow
+    the same rule; the short pairs (seed + 6) repeat, and skip every held-out source.
     """
     splits = build_splits(opts.train_size, opts.valid_size, opts.test_size, opts.seed)
     tidy = {s for name in ("test", "valid") for s, _ in splits[name]}
     held = typed_examples(opts.typed_test_size + opts.typed_valid_size, opts.seed + 1, exclude=tidy)
     splits["typed-test"] = [(e.source, e.target) for e in held[: opts.typed_test_size]]
     splits["typed-valid"] = [(e.source, e.target) for e in held[opts.typed_test_size :]]
-    held_sources = {e.source for e in held}
+    held_sources = tidy | {e.source for e in held}
+    joined = joined_examples(opts.joined_test_size + opts.joined_valid_size, opts.seed + 3, exclude=held_sources, kinds=JOINED_KINDS)
+    splits["joined-test"] = [(e.source, e.target) for e in joined[: opts.joined_test_size]]
+    splits["joined-valid"] = [(e.source, e.target) for e in joined[opts.joined_test_size :]]
+    held_sources |= {e.source for e in joined}
+    lexicon = {en for en, _ in LEXICON}  # always trained on, never held out
+    first = joined_examples(opts.first_test_size, opts.seed + 4, exclude=held_sources | lexicon, kinds=("first",))
+    splits["first-test"] = [(e.source, e.target) for e in first]
+    held_sources |= {e.source for e in first}
     splits["train"] = [p for p in splits["train"] if p[0] not in held_sources]
-    exclude = tidy | held_sources | {s for s, _ in splits["train"]}
+    exclude = held_sources | {s for s, _ in splits["train"]}
     splits["typed-train"] = [(e.source, e.target) for e in typed_examples(opts.typed_train_size, opts.seed + 2, exclude=exclude)]
-    log.info("typed pairs: %d train, %d valid, %d test", len(splits["typed-train"]), len(splits["typed-valid"]), len(splits["typed-test"]))
+    exclude |= {s for s, _ in splits["typed-train"]}
+    splits["joined-train"] = [(e.source, e.target) for e in joined_examples(opts.joined_train_size, opts.seed + 5, exclude=exclude,
+                                                                            kinds=JOINED_KINDS)]
+    splits["short-train"] = [(e.source, e.target) for e in short_examples(opts.short_train_size, opts.seed + 6, exclude=held_sources)]
+    log.info("typed pairs: %d train, %d valid, %d test; joined pairs: %d train, %d valid, %d test, %d first words",
+             len(splits["typed-train"]), len(splits["typed-valid"]), len(splits["typed-test"]),
+             len(splits["joined-train"]), len(splits["joined-valid"]), len(splits["joined-test"]), len(splits["first-test"]))
+    log.info("short pairs (repeated): %d", len(splits["short-train"]))
     return splits
 
 
@@ -208,7 +237,8 @@ def train(opts: TrainOptions) -> Path:
         start_step, history, previous_minutes = previous["steps"], previous["history"], previous["train_minutes"]
         vocab_size = config.tgt_vocab_size
     else:
-        vocab_texts = [t for p in splits["train"][:50_000] + splits["typed-train"][:10_000] for t in p]
+        vocab_texts = [t for p in splits["train"][:50_000] + splits["typed-train"][:10_000] + splits["joined-train"][:10_000]
+                       + splits["short-train"][:5_000] for t in p]
         spm_path.write_bytes(train_sentencepiece(vocab_texts, opts.vocab_size, opts.seed))
         vocab_size = spm.SentencePieceProcessor(model_file=str(spm_path)).get_piece_size()
         config = TransformerConfig(
@@ -218,7 +248,8 @@ def train(opts: TrainOptions) -> Path:
         )
         tokenizer = Tokenizer.from_files(spm_path, None, config)
         model = Transformer(config)
-    encoded = [(tokenizer.encode(s), tokenizer.encode_target(t)) for s, t in train_pairs + splits["typed-train"]]
+    encoded = [(tokenizer.encode(s), tokenizer.encode_target(t)) for s, t in train_pairs + splits["typed-train"] + splits["joined-train"]
+               + splits["short-train"]]
     n_params = sum(p.numel() for p in model.parameters())
     log.info("model: %d parameters, vocabulary %d", n_params, vocab_size)
 
@@ -256,15 +287,15 @@ def train(opts: TrainOptions) -> Path:
         bar.set_postfix(loss=f"{loss_avg:.3f}", lr=f"{schedule.get_last_lr()[0]:.2e}", refresh=False)
         if step % opts.eval_every == 0:
             model.eval()
-            em, _ = _exact_match(model, tokenizer, splits["valid"][:150] + splits["typed-valid"][:50], beam=1)
+            em, _ = _exact_match(model, tokenizer, splits["valid"][:150] + splits["typed-valid"][:50] + splits["joined-valid"][:50], beam=1)
             elapsed = time.monotonic() - started
             history.append({"step": step, "loss": round(loss_avg, 4), "valid_exact_match_greedy": em, "minutes": round(elapsed / 60, 2)})
             log.info("step %d loss %.3f valid exact match (greedy) %.3f at %.1f min", step, loss_avg, em, elapsed / 60)
     bar.close()
     model.eval()
-    selection = _keep_better_weights(model, ema, tokenizer, splits["valid"] + splits["typed-valid"])
+    selection = _keep_better_weights(model, ema, tokenizer, splits["valid"] + splits["typed-valid"] + splits["joined-valid"])
     save_checkpoint(model, out, spm_path)
-    for name, split in (("test", "test"), ("valid", "valid"), ("typed", "typed-test")):
+    for name, split in (("test", "test"), ("valid", "valid"), ("typed", "typed-test"), ("joined", "joined-test"), ("first", "first-test")):
         (out / f"{name}.en").write_text("".join(s + "\n" for s, _ in splits[split]))
         (out / f"{name}.fr").write_text("".join(t + "\n" for _, t in splits[split]))
     minutes = previous_minutes + (time.monotonic() - started) / 60

@@ -15,22 +15,32 @@ from .reference import translate
 log = logging.getLogger(__name__)
 
 
-def evaluate_checkpoint(directory: Path, beam_size: int = defaults.BEAM_SIZE, write: bool = False) -> dict:
-    """Exact match and BLEU on the held-out ``test.en`` / ``test.fr``, and on ``typed.en`` /
-    ``typed.fr`` (inputs as people type them, demo/typed.py) where the checkpoint has them;
-    ``empty`` counts empty translations of non-empty inputs."""
+# The held-out sets beside a checkpoint besides test.en: inputs as people type them (demo/typed.py),
+# as they join them and the first words they type (demo/joined.py).
+EXTRA_SETS = ("typed", "joined", "first")
+
+
+def evaluate_checkpoint(directory: Path, beam_size: int = defaults.BEAM_SIZE, write: bool = False,
+                        translations: bool = False) -> dict:
+    """Exact match and BLEU on the held-out ``test.en`` / ``test.fr``, and on each of
+    ``EXTRA_SETS`` the checkpoint has; ``empty`` counts empty translations of non-empty inputs,
+    ``dropped_numbers`` translations that leave out a number their reference has. With
+    ``translations`` each entry also holds them (``"translations"``: (source, translation) pairs;
+    never written to eval.json)."""
     ckpt = load_checkpoint(directory)
-    result = _evaluate(ckpt, directory, "test", beam_size)
-    if (directory / "typed.en").is_file():
-        result["typed"] = _evaluate(ckpt, directory, "typed", beam_size)
-    log.info("%s: %s", directory, result)
-    print(json.dumps(result))
+    result = _evaluate(ckpt, directory, "test", beam_size, translations)
+    for name in EXTRA_SETS:
+        if (directory / f"{name}.en").is_file():
+            result[name] = _evaluate(ckpt, directory, name, beam_size, translations)
+    if not translations:
+        log.info("%s: %s", directory, result)
+        print(json.dumps(result))
     if write:
         (directory / "eval.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
 
 
-def _evaluate(ckpt, directory: Path, name: str, beam_size: int) -> dict:
+def _evaluate(ckpt, directory: Path, name: str, beam_size: int, translations: bool = False) -> dict:
     import sacrebleu
 
     sources = (directory / f"{name}.en").read_text().splitlines()
@@ -44,8 +54,20 @@ def _evaluate(ckpt, directory: Path, name: str, beam_size: int) -> dict:
     wrong = [(s, h, r) for s, h, r in zip(sources, hyps, references, strict=True) if h != r]
     for source, hyp, ref in wrong[:20]:
         log.info("%s: %r -> %r (expected %r)", name, source, hyp, ref)
-    return {
+    entry = {
         "sentences": len(references), "beam_size": beam_size, "exact_match": round(exact, 4),
         "bleu": round(bleu, 2), "empty": sum(1 for s, h in zip(sources, hyps, strict=True) if s.strip() and not h.strip()),
+        "dropped_numbers": sum(1 for h, r in zip(hyps, references, strict=True) if drops_a_number(h, r)),
         "decode_seconds": round(seconds, 1),
     }
+    if translations:
+        entry["translations"] = list(zip(sources, hyps, strict=True))
+    return entry
+
+
+def drops_a_number(translation: str, reference: str, language: str = "fr") -> bool:
+    """Whether ``translation`` leaves out a number ``reference`` has: one of its digits (1-9), or
+    one of its mentions of a number in digits or words (nmtserve.coverage)."""
+    from ..coverage import mentions, nonzero_digits
+
+    return bool(nonzero_digits(reference) - nonzero_digits(translation)) or mentions(translation, language) < mentions(reference, language)
