@@ -421,3 +421,37 @@ def test_the_cache_pools_headroom_is_sized_by_memory():
     assert default_pool_slack(small, rows=128, itemsize=4) == 64
     assert default_pool_slack(nllb, rows=128, itemsize=4) == MIN_POOL_SLACK
     assert default_pool_slack(nllb, rows=16, itemsize=4) == 64 * 2**20 // (2 * 16 * 12 * 1024 * 4)
+
+
+def test_a_one_sentence_request_behind_a_bulk_request_starts_at_the_next_free_row(tiny):
+    """Round robin: waiting requests take the free rows one sentence each, so a request of one
+    sentence queued behind 60 sentences of another starts after at most one of them, and both
+    get exactly their reference results."""
+    model, onnx_model = tiny
+    onnx_model.spec = dataclasses.replace(onnx_model.spec, max_target_len=24, max_batch=2)
+    engine = InflightBatcher(_slowed(onnx_model, 0.005), max_sentences=2, max_beam=4).start()
+    srcs = sources(61, model.config.src_vocab_size, seed=8)
+    finished: list[tuple[str, float]] = []
+    results: dict = {}
+
+    def done(name):
+        def callback(r, e):
+            finished.append((name, time.monotonic()))
+            results[name] = (r, e)
+        return callback
+
+    engine.submit(srcs[:60], OPTS, done("bulk"))
+    time.sleep(0.05)  # the bulk request runs; 58 of its sentences wait
+    started = time.monotonic()
+    engine.submit(srcs[60:], OPTS, done("one"))
+    deadline = time.monotonic() + 120
+    while len(finished) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    engine.stop()
+    assert [name for name, _ in finished] == ["one", "bulk"]
+    want = tokens(reference_decode(model, srcs, OPTS))
+    assert results["one"][1] is None and tokens(results["one"][0]) == want[60:]
+    assert results["bulk"][1] is None and tokens(results["bulk"][0]) == want[:60]
+    # it waited for a free row and its own decode, not for the bulk's queue (60 sentences x
+    # up to 24 steps x 5 ms on 2 rows would be seconds)
+    assert dict(finished)["one"] - started < 0.5 * (dict(finished)["bulk"] - started)

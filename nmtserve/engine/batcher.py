@@ -6,8 +6,9 @@ around; the search itself is ``nmtserve.decoding``.)
 
 Sentences (not requests) are the unit: a request's sentences join the running batch at the
 next step boundary as capacity allows, and each leaves the moment its search is done, so a
-short request never waits for a long one and one large request cannot block small ones for
-its whole duration.
+short request never waits for a long one. Waiting requests take the free rows in turn, one
+sentence each (round robin, ``_admit``): a bulk request of 100,000 sentences gets its share of
+the batch, and a one-sentence request behind it starts at the next free row.
 
 Running sentences are kept per beam width in a ``_Group``, one row each, in the order the step
 feeds them; every per-sentence input of a step is a slice of the group's arrays, so a step costs
@@ -302,39 +303,45 @@ class InflightBatcher:
 
     def _expire(self) -> None:
         """Fail the queued requests none of whose sentences started within the queue timeout
-        (under the lock; the loop admits in order, so the oldest are at the front)."""
+        (under the lock)."""
         limit = self.limits.timeout_s
         if limit is None:
             return
         now = time.monotonic()
-        while self.pending and self.pending[0].next_sentence == 0 and now - self.pending[0].queued_at > limit:
-            request = self.pending.popleft()
+        expired = [r for r in self.pending if r.next_sentence == 0 and now - r.queued_at > limit]
+        if not expired:
+            return
+        self.pending = deque(r for r in self.pending if r not in expired)
+        for request in expired:
             request.failed = True
             request.callback(None, EngineBusy(f"server busy: the request waited {now - request.queued_at:.1f} s "
                                               f"in the queue, over the queue timeout of {limit:g} s; retry later"))
 
     def _admit(self) -> None:
+        """Start queued sentences in the free rows, one sentence of each waiting request in turn
+        (round robin): a request of one sentence waits behind a bulk request for at most one
+        sentence of each request ahead of it, never for the bulk's whole queue."""
         admitted: list[tuple[_Request, int]] = []
         rows_needed, free_rows = 0, self.max_rows - self.rows_in_use
         with self._cond:
             capacity = self.max_sentences - self.running
             self._expire()
             while self.pending and capacity > 0:
-                request = self.pending[0]
+                request = self.pending.popleft()
                 if request.cancelled and request.cancelled():
-                    self.pending.popleft()
                     request.failed = True
                     request.callback(None, RequestCancelled("request cancelled"))
                     continue
                 k = request.options.beam_size
                 if rows_needed + k > free_rows:
+                    self.pending.appendleft(request)  # its turn stays first
                     break
                 rows_needed += k
                 admitted.append((request, request.next_sentence))
                 request.next_sentence += 1
                 capacity -= 1
-                if request.next_sentence == len(request.sources):
-                    self.pending.popleft()
+                if request.next_sentence < len(request.sources):
+                    self.pending.append(request)  # the next request's turn
         if not admitted:
             return
         sources = [r.sources[i] for r, i in admitted]
