@@ -118,12 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train-size", type=int, default=None, help="training pairs to generate (recipe: 400,000)")
     p.add_argument("--seed", type=int, default=None, help="corpus and initialisation seed (recipe: 1234)")
     p.add_argument("--max-steps", type=int, default=None,
-                   help="optimizer steps; the learning-rate schedule ends here (recipe: 7,000)")
+                   help="optimizer steps; the learning-rate schedule ends here (recipe: 9,000)")
     p.add_argument("--resume", action="store_true", help="continue the run saved in --output")
     p.add_argument("--no-eval", action="store_true", help="skip the test-set evaluation")
     p.set_defaults(func=_cmd_train)
 
-    p = sub.add_parser("evaluate", help="exact match and BLEU of a checkpoint on its test set")
+    p = sub.add_parser("evaluate", help="exact match, BLEU and dropped numbers of a checkpoint on its held-out sets")
     p.add_argument("checkpoint")
     p.add_argument("--beam-size", type=int, default=defaults.BEAM_SIZE, help="beam width")
     p.add_argument("--write", action="store_true", help="write eval.json into the checkpoint")
@@ -131,7 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "translate", help="translate lines of text (from FILEs or stdin) via a server or a local checkpoint",
-        description="Reads lines from FILEs or stdin, writes one translation per line (blank stays blank).",
+        description="Reads lines from FILEs or stdin, writes one translation per line (blank stays blank). "
+                    "Exit status: 0 all translated; 1 failed; 2 usage or rejected lines; 3 no server; 4 all "
+                    "translated but some may be incomplete or wrong (the server's check named them on stderr: "
+                    "a number of the line missing from its translation, a translation far too short, or a "
+                    "score far under the model's usual).",
     )
     p.add_argument("files", nargs="*", metavar="FILE")
     p.add_argument("--checkpoint", help="translate locally with the PyTorch reference decode (no server)")
@@ -304,11 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="source=auto chooses among these served sources only (en,fr,de; default: all; more than "
                         "8 are detected in Lingua's low-accuracy mode, weaker on short texts)")
     p.add_argument("--api-keys", metavar="FILE",
-                   help="require an API key: FILE lists one per line, KEY [REQUESTS_PER_MINUTE [CHAR_LIMIT]] "
-                        "(0 or none: unlimited)")
-    p.add_argument("--char-limit", type=int, default=gw.DEFAULT_CHAR_LIMIT, help="characters per text (-1: no limit)")
-    p.add_argument("--alternatives-limit", type=int, default=gw.DEFAULT_ALTERNATIVES_LIMIT,
-                   help="most alternatives a request may ask for")
+                   help=f"require an API key: FILE lists one per line, {gw.KEY_LINE} (0: unlimited; - or "
+                        "left out: the gateway's limit)")
     p.add_argument("--frontend-timeout", type=int, default=gw.DEFAULT_FRONTEND_TIMEOUT_MS, metavar="MS",
                    help="the page translates after this pause in typing")
     p.add_argument("--files-dir", metavar="DIR", help="where translated files wait for download (default: a temporary directory)")
@@ -322,6 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-cert", metavar="PEM", help="TLS: client certificate, for mutual TLS (with --tls-key)")
     p.add_argument("--tls-key", metavar="PEM", help="TLS: the client certificate's private key")
     p.add_argument("--tls-server-name", metavar="NAME", help="TLS: check the server certificate against NAME")
+    gw.add_limit_arguments(p)  # every limit and timeout (config.Limits): --char-limit, --batch-limit, --header-timeout, ...
     p.set_defaults(func=_cmd_gateway)
     return parser
 

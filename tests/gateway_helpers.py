@@ -90,3 +90,61 @@ def export_two_pairs(directory: Path, demo_checkpoint) -> tuple[Path, Path]:
     export(DEMO, ExportOptions(pair="en-fr", **common))
     export(second, ExportOptions(pair="en-es", **common))
     return repo, second
+
+
+# `nmtserve gateway` with every option of nmtserve.gateway.config.Limits (--header-timeout,
+# --batch-limit, ...), whether or not nmtserve/cli.py adds them itself yet (add_limit_arguments
+# leaves an option the parser has as it is).
+_WITH_LIMIT_OPTIONS = """
+import argparse, sys
+import nmtserve.cli as cli
+from nmtserve.gateway.config import add_limit_arguments
+
+build = cli.build_parser
+
+
+def build_parser():
+    parser = build()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            add_limit_arguments(action.choices["gateway"])
+    return parser
+
+
+cli.build_parser = build_parser
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@contextmanager
+def running_limited_gateway(triton_grpc: str, log_dir: Path, *options: str, ready_timeout: float = 60) -> Iterator[Gateway]:
+    """As running_gateway, where OPTIONS may set any limit or timeout of config.Limits."""
+    port = free_port()
+    log = log_dir / f"gateway-{port}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-c", _WITH_LIMIT_OPTIONS, "gateway", "--url", triton_grpc, "--port", str(port), *options],
+            stdout=out, stderr=subprocess.STDOUT,
+        )
+    gateway = Gateway(f"http://127.0.0.1:{port}", process, log)
+    try:
+        deadline = time.monotonic() + ready_timeout
+        while True:
+            if process.poll() is not None:
+                raise AssertionError(f"the gateway exited ({process.returncode}):\n{gateway.output()}")
+            try:
+                if requests.get(gateway.url + "/health", timeout=2).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the gateway did not answer /health in {ready_timeout} s:\n{gateway.output()}")
+            time.sleep(0.1)
+        yield gateway
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

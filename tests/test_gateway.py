@@ -4,7 +4,9 @@ Proves: LibreTranslate's routes answer in LibreTranslate's shapes with the demo 
 translations (the showcase references), multi-sentence and HTML texts and files go through the
 document model and equal what the client gets from it directly; DeepL's routes do the same in
 DeepL's shapes; the third-party clients of both APIs (libretranslatepy, DeepL's `deepl`) work
-unchanged; bad input gets each API's error shape and status and the gateway keeps serving; API
+unchanged; with source auto, a text surely in a language the demo does not translate from
+(French) is refused naming it, in each API's shape, and short ones are translated as English;
+bad input gets each API's error shape and status and the gateway keeps serving; API
 keys, rate and character limits hold; with Triton stopped the gateway answers errors at once and
 recovers by itself when Triton is back.
 """
@@ -119,7 +121,9 @@ def test_languages_detect_settings_and_health(gateway):
     # A repository without pairs: named by --languages, default en-fr (the demo's).
     assert ok(gateway.get("/languages")) == [{"code": "en", "name": "English", "targets": ["fr"]},
                                             {"code": "fr", "name": "French", "targets": []}]
-    assert ok(gateway.post("/detect", data={"q": "Bonjour tout le monde"})) == [{"confidence": 100.0, "language": "en"}]
+    assert ok(gateway.post("/detect", data={"q": ONE})) == [{"confidence": 100.0, "language": "en"}]
+    seen = ok(gateway.post("/detect", data={"q": "Bonjour tout le monde"}))  # not served, still seen
+    assert seen[0]["language"] == "fr" and seen[0]["confidence"] > 50, seen
     settings = ok(gateway.get("/frontend/settings"))
     assert settings["language"] == {"source": {"code": "auto", "name": "Auto Detect"},
                                     "target": {"code": "fr", "name": "French"}}
@@ -134,6 +138,45 @@ def test_languages_detect_settings_and_health(gateway):
     assert "https://" not in page.text + gateway.get("/static/app.js").text + gateway.get("/static/style.css").text
     icon = gateway.get("/favicon.ico")  # browsers ask for it: no 404 in the log
     assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
+
+
+# -- wrong-language input (issue 35): the demo translates from English only
+
+
+FRENCH = "J'ai trois pommes rouges et le train part à 7 h 45."
+NOT_SERVED = "fr is not supported: this looks like French; this server translates from English"
+
+
+def test_auto_names_a_language_the_server_does_not_translate_from(gateway, tmp_path):
+    assert error(gateway.post("/translate", json={"q": FRENCH, "source": "auto", "target": "fr"}), 400).startswith(
+        NOT_SERVED)
+    seen = ok(gateway.post("/detect", json={"q": FRENCH}))
+    assert seen[0]["language"] == "fr" and seen[0]["confidence"] > 90, seen
+    batch = gateway.post("/translate", json={"q": [ONE, FRENCH, TWO], "source": "auto", "target": "fr"})
+    assert error(batch, 400).startswith(f"q[1]: {NOT_SERVED}")
+    upload = gateway.post("/translate_file", files={"file": ("notes.txt", f"{FRENCH}\n".encode())},
+                          data={"source": "auto", "target": "fr"})
+    assert error(upload, 400).startswith(NOT_SERVED)
+    anyway = ok(gateway.post("/translate", json={"q": FRENCH, "source": "en", "target": "fr"}))  # named: translated
+    assert isinstance(anyway["translatedText"], str)
+
+    one = gateway.post("/v2/translate", json={"text": [FRENCH], "target_lang": "FR"})
+    assert error(one, 400, "message") == ("Value for 'source_lang' not supported: this looks like French; this server "
+                                          "translates from English (detected FR; set source_lang to translate it anyway).")
+    two = gateway.post("/v2/translate", json={"text": [ONE, FRENCH], "target_lang": "FR"})
+    assert error(two, 400, "message").startswith("Value for 'source_lang' not supported: text[1]: this looks like French")
+    with pytest.raises(deepl.DeepLException, match="source_lang.*French"):
+        deepl.Translator("any-key", server_url=gateway.url).translate_text(FRENCH, target_lang="FR")
+
+
+@pytest.mark.parametrize("text", ["hello", "twenty", "7:45", "I have 3 apples", "i have 3 apples"])
+def test_short_inputs_are_assumed_in_the_served_source(gateway, direct, text):
+    got = ok(gateway.post("/translate", json={"q": text, "source": "auto", "target": "fr"}))
+    assert got == {"translatedText": direct.translate([text])[0].text,
+                   "detectedLanguage": {"confidence": 100.0, "language": "en"}}
+    assert ok(gateway.post("/detect", data={"q": text})) == [{"confidence": 100.0, "language": "en"}]
+    assert ok(gateway.post("/v2/translate", json={"text": [text], "target_lang": "FR"}))["translations"][0][
+        "detected_source_language"] == "EN"
 
 
 @pytest.mark.parametrize(("name", "fmt", "content"), [
@@ -153,9 +196,8 @@ def test_translate_file_and_download(gateway, direct, name, fmt, content):
 
 
 def readme_curl_examples() -> list[tuple[str, str]]:
-    """(command, the output the README shows under it) of the Gateway section's curl lines."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("\n## Gateway", 1)[1].split("\n## ", 1)[0]
+    """(command, the output the gateway's page of docs shows under it) of its curl lines."""
+    section = (ROOT / "docs" / "gateway.md").read_text(encoding="utf-8")
     lines = "\n".join(re.findall(r"```bash\n(.*?)```", section, re.DOTALL)).replace("\\\n", " ").splitlines()
     return [(line, lines[i + 1][2:]) for i, line in enumerate(lines)
             if line.startswith("curl ") and i + 1 < len(lines) and lines[i + 1].startswith("# ")]
@@ -191,6 +233,25 @@ def test_deepl_translate_json_form_and_languages(gateway):
     assert ok(gateway.get("/v2/languages")) == [{"language": "EN", "name": "English"}]
     assert ok(gateway.get("/v2/languages", params={"type": "target"})) == [
         {"language": "FR", "name": "French", "supports_formality": False}]
+
+
+@pytest.mark.parametrize(("extra", "status", "message"), [
+    ({"split_sentences": 0}, 200, None), ({"split_sentences": 1}, 200, None), ({"split_sentences": "nonewlines"}, 200, None),
+    ({"split_sentences": 2}, 400, "Value for 'split_sentences' not supported"),
+    ({"formality": "prefer_more"}, 200, None), ({"formality": "default"}, 200, None),
+    ({"formality": "more"}, 400, "'formality' is not supported for given 'target_lang'."),
+    ({"formality": "very"}, 400, "Value for 'formality' not supported."),
+    ({"model_type": "latency_optimized"}, 200, None), ({"model_type": "fastest"}, 400, "Value for 'model_type' not supported."),
+    ({"ignore_tags": ["x"]}, 400, "Value for 'ignore_tags' not supported"),
+    ({"some_future_parameter": "x"}, 200, None),  # unknown parameters are ignored, as DeepL ignores them
+])
+def test_deepl_parameters_as_deepl_defines_them(gateway, extra, status, message):
+    response = gateway.post("/v2/translate", json={"text": [ONE], "target_lang": "FR", **extra})
+    assert response.status_code == status, response.text
+    if message is None:
+        assert response.json()["translations"][0]["text"] == EXPECTED[ONE]
+    else:
+        assert message in response.json()["message"]
 
 
 def test_the_official_clients_of_both_apis(gateway):

@@ -36,9 +36,11 @@ def test_languages_are_listed_under_iso_codes_and_requests_reach_the_models_code
     assert len(listed) == 202 and listed["fr"]["name"] == "French" and "en" in listed["fr"]["targets"]
     assert "fra_Latn" not in listed
     with Translator(server.urls.grpc_address) as client:
-        want = [t.text for t in client.translate(TEXTS[:3], source_lang="eng_Latn", target_lang="fra_Latn")]
+        done = client.translate(TEXTS[:3], source_lang="eng_Latn", target_lang="fra_Latn")
+    want, warnings = [t.text for t in done], [t.warning for t in done]
     got = gateway.post("/translate", json={"q": TEXTS[:3], "source": "en", "target": "fr"}).json()
-    assert got == {"translatedText": want}
+    # a random model's output: the server's check may well warn about it, as the client sees it
+    assert got == {"translatedText": want, **({"warnings": warnings} if any(warnings) else {})}
     deepl = gateway.post("/v2/translate", json={"text": TEXTS[:3], "source_lang": "EN", "target_lang": "FR"}).json()
     assert [t["text"] for t in deepl["translations"]] == want
     targets = {entry["language"] for entry in gateway.get("/v2/languages", params={"type": "target"}).json()}

@@ -6,8 +6,8 @@ answer equals what the nmtserve client gets from that pair directly); the curl c
 LibreTranslate's documentation work verbatim (only the address changed); the page, driven in
 headless Chromium (Debian's package, through Playwright, nothing downloaded), translates a
 showcase sentence as it is typed and on Ctrl+Enter, follows a switch of the target language,
-offers the n-best alternatives, copies, shows the server's errors, and translates a file into a
-download.
+offers the n-best alternatives, copies, shows the server's errors (a text in a language the
+server does not translate from: said so), and translates a file into a download.
 """
 
 from __future__ import annotations
@@ -175,6 +175,19 @@ def test_the_page_offers_alternatives_copies_and_shows_errors(page):
     page.fill("#source-text", sentence)
     page.keyboard.press("Control+Enter")
     wait_for_translation(page, EXPECTED[sentence])
+    assert page.is_hidden("#error")
+
+
+def test_the_page_says_when_the_text_is_in_a_language_not_served(page):
+    page.select_option("#target", "fr")
+    page.fill("#source-text", "J'ai trois pommes rouges et le train part à 7 h 45.")
+    page.click("#translate")
+    page.wait_for_selector("#error:not([hidden])")
+    assert page.text_content("#error").startswith("This looks like French; this server translates from English.")
+    assert page.text_content("#detected") == "Detected: French"
+    assert page.input_value("#translation") == ""
+    page.select_option("#source", "en")  # the user says it is English: translated anyway
+    page.wait_for_function("document.getElementById('translation').value !== ''")
     assert page.is_hidden("#error")
 
 

@@ -164,6 +164,61 @@ def test_many_sources_detect_in_low_accuracy_mode():
     assert detector.low_accuracy and not few.low_accuracy
 
 
+# Issue 35: French sent with source=auto to a server that translates from English (the demo's).
+FRENCH = "J'ai trois pommes rouges et le train part à 7 h 45."
+# Short: never refused, whatever Lingua makes of them (low accuracy calls "hello" Sotho).
+SHORT = ["hello", "twenty", "7:45", "I have 3 apples", "i have 3 apples", "Hello world", "seventy-five"]
+# English that Lingua's low-accuracy mode alone names otherwise at 99%+ (Ganda, Somali).
+MISTAKEN = ["The meeting is on Thursday, October 17, 2052.", "we see 850 gray keys.",
+            "On Thursday, October 31, 2075, I found ten gray horses."]
+
+
+def test_words_count_letters_not_digits():
+    from nmtserve.gateway.detect import words
+
+    assert [words(t) for t in ("7:45", "I have 3 apples", "quatre-vingt-onze", "我有三个", "")] == [0, 3, 3, 4, 0]
+
+
+def test_a_text_surely_in_a_language_not_served_is_named():
+    from nmtserve.gateway.detect import name_of
+
+    english = Detector(["en"])
+    seen = asyncio.run(english.foreign(FRENCH))
+    assert seen is not None and seen[0].language == "fr" and seen[0].confidence > 90, seen
+    assert asyncio.run(english.see(FRENCH))[0] == seen[0]  # /detect says what it sees
+    for text, language in (("Die Katze schläft auf dem Sofa.", "de"), ("Я люблю читать книги по вечерам.", "ru"),
+                           ("我有三个红苹果，火车七点四十五分出发。", "zh"),
+                           ("Gracias por tu respuesta rápida.", "es")):
+        found = asyncio.run(english.foreign(text))
+        assert found is not None and found[0].language == language, (text, found)
+    assert (name_of("fr"), name_of("lg"), name_of("nb")) == ("French", "Ganda", "Norwegian")
+
+
+def test_short_english_and_served_languages_are_never_refused():
+    english = Detector(["en"])
+    for text in SHORT + MISTAKEN + [english for english, _ in SHOWCASE]:
+        assert asyncio.run(english.foreign(text)) is None, text
+        assert [(d.language, d.confidence) for d in asyncio.run(english.see(text))] == [("en", 100.0)], text
+    both = Detector(["en", "fr"])  # French is served: detected among the sources, as before
+    assert asyncio.run(both.foreign(FRENCH)) is None and detect(both, FRENCH)[0].language == "fr"
+    assert asyncio.run(Detector(["en", "fr"], served=["de", "en", "fr"]).foreign("Die Katze schläft auf dem Sofa.")) is None
+    unknown = Detector(["xx"])  # a source Lingua has no model for: any text may be in it
+    assert asyncio.run(unknown.foreign(FRENCH)) is None and asyncio.run(unknown.see(FRENCH))[0].language == "xx"
+
+
+def test_the_second_check_holds_a_bounded_number_of_models():
+    from nmtserve.gateway.detect import MAX_EXTRA_MODELS
+
+    english = Detector(["en"])
+    texts = [FRENCH, "Die Katze schläft auf dem Sofa.", "Gracias por tu respuesta rápida.",
+             "Grazie per la tua risposta veloce.", "Waar kan ik een kaartje kopen?", "Obrigado pela sua resposta rápida.",
+             "Vielen Dank für Ihre schnelle Antwort!", "Votre commande a été expédiée.", "Dove posso comprare un biglietto?"]
+    for text in texts:
+        asyncio.run(english.foreign(text))
+        assert len(english._extra) <= MAX_EXTRA_MODELS
+    assert asyncio.run(english.foreign(FRENCH))[0].language == "fr"  # a dropped language comes back
+
+
 def test_a_gateway_started_before_its_server_waits_quietly(tmp_path, caplog):
     """No retry warning a second while the server starts: one line saying the gateway waits."""
     import logging

@@ -10,7 +10,7 @@ it; ``nmtserve serve --gateway-port 5000`` starts it beside Triton.
     deepl.py           DeepL's API v2 subset (/v2/translate, /v2/languages)
     service.py         what both share: languages, detection, the sentence and document paths
     languages.py       which languages the server serves (``discover``) and their names
-    detect.py          language detection (lingua), limited to the served sources
+    detect.py          language detection (lingua): which served source, or surely none of them
     access.py          API keys and per-key rate limits
     params.py          a request's fields from JSON, forms or multipart, size-bounded
     files.py           translated files waiting for download

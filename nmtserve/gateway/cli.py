@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..exitcodes import EXIT_OK, EXIT_USAGE
-from .config import GatewayConfig, read_api_keys
+from .config import GatewayConfig, limits_from_args, read_api_keys
 from .languages import parse_pairs
 
 LOGGER = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         concurrency=args.concurrency, headers=reach["headers"], tls=reach["tls"], languages=languages,
         detect_languages=detect,
         api_keys=read_api_keys(Path(args.api_keys)) if args.api_keys else None,
-        char_limit=args.char_limit, alternatives_limit=args.alternatives_limit,
+        limits=limits_from_args(args),  # every limit and timeout: config.Limits
         frontend_timeout_ms=args.frontend_timeout,
         files_dir=Path(args.files_dir) if args.files_dir else None,
     )
@@ -47,6 +47,7 @@ def gateway_main(args: argparse.Namespace) -> int:
         import uvicorn
 
         from .app import create_app
+        from .connections import ensure_descriptors, guarded_protocol
     except ImportError as exc:
         print(f"nmtserve gateway: error: {exc.name} is not installed: pip install 'nmtserve[gateway]'",
               file=sys.stderr)
@@ -71,10 +72,15 @@ def gateway_main(args: argparse.Namespace) -> int:
             if self.started:
                 print(banner, flush=True)
 
+    limits = config.limits
+    ensure_descriptors(limits.max_connections)
+    # The header, body and idle timeouts and the connection cap (connections.py says why not
+    # uvicorn's limit_concurrency); WebSockets are not served.
     server = Server(uvicorn.Config(
         create_app(config), host=args.host, port=args.port, access_log=args.access_log,
         log_level="info" if args.access_log else "warning", timeout_graceful_shutdown=5,
-        proxy_headers=True, server_header=False,
+        proxy_headers=True, server_header=False, http=guarded_protocol(limits), ws="none",
+        timeout_keep_alive=limits.keep_alive_s,  # type: ignore[arg-type]
     ))
     server.run()
     return EXIT_OK if server.started else 1

@@ -10,7 +10,11 @@ Language codes are DeepL's: upper case, a target may carry a variant (``EN-GB``,
 ``PT-BR``) which is the language's own code here (``en``, ``pt``). With ``--api-keys`` the key
 comes as ``Authorization: DeepL-Auth-Key KEY`` (or the legacy ``auth_key`` field). Errors are
 ``{"message": "..."}``: 400 bad request, 403 authorization, 413 over the character limit or
-body size, 429 too many requests, 500 a failed translation, 503 Triton unavailable.
+body size, 429 too many requests, 500 a failed translation, 503 Triton unavailable. Without
+``source_lang``, a text surely in a language the server does not translate from is a 400
+"Value for 'source_lang' not supported: text[1]: this looks like French; this server translates
+from English (detected FR; ...)" (DeepL itself detects among its own languages only, and has no
+error for this: a wrong-language text is best refused as a source_lang it lacks).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from .errors import (
 )
 from .languages import Catalog
 from .params import read_params
-from .service import Service
+from .service import Service, looks_like
 
 AUTH_SCHEME = "deepl-auth-key"
 # DeepL lists these languages as targets only by variant; each variant is the language here.
@@ -83,14 +87,55 @@ def _flag(value: Any) -> bool:
     return value is True or (isinstance(value, str) and value.strip().lower() in ("1", "true"))
 
 
-def routes(service: Service) -> list[Route]:
-    config = service.config
+# DeepL's documented values of the parameters this server takes as DeepL does (its one model has
+# no formality, no glossary and no XML handling: asking for one is refused, as DeepL refuses a
+# target without formality; the "prefer_" forms are a wish, accepted).
+_FORMALITY_WISHES = ("default", "prefer_more", "prefer_less")
+_FORMALITY_DEMANDS = ("more", "less")
+_MODEL_TYPES = ("quality_optimized", "prefer_quality_optimized", "latency_optimized")
 
+
+def _split_sentences(value: object) -> str:
+    """DeepL's ``split_sentences``: "0", "1" (default), "nonewlines", also as the JSON numbers 0 and 1."""
+    if value is None or value == "":
+        return "1"
+    if isinstance(value, int) and not isinstance(value, bool) and value in (0, 1):
+        return str(value)
+    if isinstance(value, str) and value in ("0", "1", "nonewlines"):
+        return value
+    raise BadRequest(f"Value for 'split_sentences' not supported: {value!r} (0, 1 or nonewlines).")
+
+
+def _check_unsupported(params) -> None:
+    """Refuse what this server cannot do, with DeepL's messages, instead of ignoring it."""
+    formality = params.get("formality")
+    if formality not in (None, "", *_FORMALITY_WISHES):
+        if formality in _FORMALITY_DEMANDS:
+            raise BadRequest("'formality' is not supported for given 'target_lang'.")
+        raise BadRequest("Value for 'formality' not supported.")
+    model_type = params.get("model_type")
+    if model_type not in (None, "", *_MODEL_TYPES):
+        raise BadRequest("Value for 'model_type' not supported.")
+    for name in ("ignore_tags", "non_splitting_tags", "splitting_tags"):
+        if params.get(name):
+            raise BadRequest(f"Value for '{name}' not supported: this server handles HTML only (translate=\"no\" "
+                             "keeps an element as it is).")
+
+
+def routes(service: Service) -> list[Route]:
     async def sources_of(texts: list[str], catalog: Catalog, source: str | None, target: str) -> list[str]:
         if source is not None:
             if not catalog.serves(source, target):
                 raise BadRequest("Value for 'target_lang' not supported.")
             return [source] * len(texts)
+        foreign = await service.foreign(texts)
+        if foreign is not None:
+            # DeepL detects among its own languages only; refusing as it refuses a source_lang it
+            # does not have beats translating French as English (detect.py says when it is sure).
+            i, seen = foreign
+            where = f"text[{i}]: " if len(texts) > 1 else ""
+            raise BadRequest(f"Value for 'source_lang' not supported: {where}{looks_like(seen, catalog)} (detected "
+                             f"{_deepl_source(seen.language)}; set source_lang to translate it anyway).")
         found = await asyncio.gather(*(service.detect_source(t, target) for t in texts))
         if any(f is None for f in found):
             raise BadRequest("Value for 'target_lang' not supported.")
@@ -112,10 +157,7 @@ def routes(service: Service) -> list[Route]:
             raise BadRequest(f"Value for 'tag_handling' not supported: {tag_handling!r} (only 'html').")
         if params.get("glossary_id"):
             raise BadRequest("Value for 'glossary_id' not supported: this server has no glossaries.")
-        limit = service.access.char_limit(key, config.char_limit)
-        for text in texts:
-            if limit != -1 and len(text) > limit:
-                raise TooLarge(f"Request Entity Too Large: a text of {len(text)} characters exceeds the limit ({limit})")
+        service.access.check_request(key, texts, api="deepl")  # texts, characters, the key's minute
         catalog = await service.catalog()
         target = _served(params.get("target_lang"), catalog.targets, "target_lang")
         given = params.get("source_lang")
@@ -125,9 +167,8 @@ def routes(service: Service) -> list[Route]:
         for i, s in enumerate(sources):
             groups[s].append(i)
         html = tag_handling == "html"
-        split = params.get("split_sentences") or "1"
-        if split not in ("0", "1", "nonewlines"):
-            raise BadRequest(f"Value for 'split_sentences' not supported: {split!r} (0, 1 or nonewlines).")
+        split = _split_sentences(params.get("split_sentences"))
+        _check_unsupported(params)
         done = await asyncio.gather(*(service.translate([texts[i] for i in positions], s, target, html=html,
                                                         split=split != "0")
                                       for s, positions in groups.items()))

@@ -22,6 +22,15 @@ class GatewayError(Exception):
         super().__init__(message)
         self.message = message
 
+    @property
+    def message(self) -> str:
+        return self._message
+
+    @message.setter
+    def message(self, value: str) -> None:
+        # An answer must encode as UTF-8: a lone surrogate quoted from a request is escaped.
+        self._message = str(value).encode("utf-8", "backslashreplace").decode("utf-8")
+
 
 class BadRequest(GatewayError):
     """A missing or malformed field, an unsupported language, format or file."""

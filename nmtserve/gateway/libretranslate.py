@@ -3,7 +3,8 @@
     POST /translate        q (a string or a list), source (a code or "auto"), target,
                            format (text | html), alternatives, api_key
                            -> {"translatedText", "detectedLanguage" (auto), "alternatives" (asked)}
-    POST /detect           q -> [{"confidence", "language"}]
+    POST /detect           q -> [{"confidence", "language"}] (a language the server does not
+                           translate from too, when the text is surely in it)
     GET  /languages        [{"code", "name", "targets"}]
     GET  /frontend/settings
     POST /translate_file   file (.txt, .md, .html), source, target, api_key -> {"translatedFileUrl"}
@@ -11,7 +12,9 @@
     GET  /health           {"status": "ok"}
 
 Errors are ``{"error": "..."}``: 400 a bad or missing field, an unsupported language or
-format, over a limit; 403 a bad or missing key; 429 over the key's rate; 500 the translation
+format (with ``source=auto``, a text surely in a language the server does not translate from:
+"fr is not supported: this looks like French; this server translates from English ..."), over
+a limit; 403 a bad or missing key; 429 over the key's rate; 500 the translation
 failed or Triton cannot be reached.
 """
 
@@ -25,11 +28,11 @@ from starlette.responses import FileResponse, JSONResponse
 from starlette.routing import Route
 
 from .detect import Detection
-from .errors import BadRequest, Forbidden, GatewayError, RateLimited, TooLarge, endpoint
+from .errors import BadRequest, Forbidden, GatewayError, RateLimited, endpoint
 from .files import FORMATS
 from .languages import Catalog
 from .params import read_params
-from .service import Service
+from .service import Service, looks_like
 
 FORMAT_TEXT, FORMAT_HTML = "text", "html"
 AUTO = "auto"
@@ -73,19 +76,23 @@ def _check_pair(catalog: Catalog, source: str, target: str) -> None:
         )
 
 
-def _check_length(texts: list[str], limit: int) -> None:
-    for text in texts:
-        if limit != -1 and len(text) > limit:
-            raise TooLarge(f"Invalid request: request ({len(text)}) exceeds text limit ({limit})")
-
-
 def routes(service: Service) -> list[Route]:
     config = service.config
 
-    async def source_for(texts: list[str], source: str, target: str) -> tuple[str, Detection | None]:
-        """The source code, and what was detected when it is "auto"."""
+    async def source_for(texts: list[str], source: str, target: str, *, batch: bool = False
+                         ) -> tuple[str, Detection | None]:
+        """The source code, and what was detected when it is "auto". A text surely in a language
+        the server does not translate from is refused as LibreTranslate refuses a source it
+        does not have ("fr is not supported"), saying what it looks like; a batch names the
+        text (``q[2]: ...``)."""
         if source != AUTO:
             return source, None
+        foreign = await service.foreign(texts)
+        if foreign is not None:
+            i, seen = foreign
+            raise BadRequest(f"{f'q[{i}]: ' if batch else ''}{seen.language} is not supported: "
+                             f"{looks_like(seen, await service.catalog())} (name the source language "
+                             f"to translate it anyway)")
         found = await service.detect_source("\n".join(texts), target)
         if found is None:
             raise BadRequest(f"{target} is not supported")
@@ -112,8 +119,8 @@ def routes(service: Service) -> list[Route]:
             raise BadRequest("Invalid request: q parameter must be a string or a list of strings")
         if not params.is_json:
             texts = ["\n".join(t.splitlines()) for t in texts]  # LF only, so limits count alike
-        _check_length(texts, service.access.char_limit(key, config.char_limit))
-        source, detected = await source_for(texts, source, target)
+        service.access.check_request(key, texts)  # texts, characters, the key's minute (config.Limits)
+        source, detected = await source_for(texts, source, target, batch=batch)
         fmt = params.get("format") or FORMAT_TEXT
         if fmt not in (FORMAT_TEXT, FORMAT_HTML):
             raise BadRequest(f"{fmt} format is not supported")
@@ -126,18 +133,22 @@ def routes(service: Service) -> list[Route]:
                 result["detectedLanguage"] = [_detected(detected)] * len(done)
             if alternatives:
                 result["alternatives"] = [d.alternatives for d in done]
+            if any(d.warning for d in done):  # nmtserve's own: "" where nothing is suspected
+                result["warnings"] = [d.warning for d in done]
         else:
             result = {"translatedText": done[0].text}
             if detected is not None:
                 result["detectedLanguage"] = _detected(detected)
             if alternatives:
                 result["alternatives"] = done[0].alternatives
+            if done[0].warning:  # nmtserve's own: the translation may be incomplete or wrong
+                result["warning"] = done[0].warning
         return JSONResponse(result)
 
     @endpoint(_error)
     async def detect(request: Request) -> JSONResponse:
         params = await read_params(request)
-        service.access.check(params.get("api_key"))
+        key = service.access.check(params.get("api_key"))
         q = params.get("q")
         if not q:
             raise _missing("q")
@@ -145,6 +156,7 @@ def routes(service: Service) -> list[Route]:
             q = "\n".join(q)
         if not isinstance(q, str):
             raise BadRequest("Invalid request: q parameter must be a string")
+        service.access.check_request(key, params.getlist("q"))
         return JSONResponse([_detected(d) for d in await service.detect(q)])
 
     @endpoint(_error)
@@ -158,7 +170,7 @@ def routes(service: Service) -> list[Route]:
         catalog = await service.catalog()
         target = catalog.targets_of(catalog.sources[0])[0] if catalog.pairs else ""
         return JSONResponse({
-            "charLimit": config.char_limit,
+            "charLimit": service.access.request_char_limit(),
             "frontendTimeout": config.frontend_timeout_ms,
             "apiKeys": service.access.required,
             "keyRequired": service.access.required,
@@ -191,7 +203,7 @@ def routes(service: Service) -> list[Route]:
                 raise BadRequest("Invalid request: the file is not UTF-8 text") from None
             if "\x00" in text:
                 raise BadRequest("Invalid request: the file is binary, not text")
-            _check_length([text], service.access.char_limit(key, config.char_limit))
+            service.access.check_request(key, [text], file=True)
             source, _ = await source_for([text], source, target)
             _check_pair(await service.catalog(), source, target)
             translated = await service.translate_document(text, fmt, source, target)

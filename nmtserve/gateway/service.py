@@ -23,7 +23,7 @@ from nmtserve.client.errors import local_message
 
 from .access import Access
 from .config import DEFAULT_UNNAMED_PAIRS, GatewayConfig
-from .detect import Detection, Detector
+from .detect import Detection, Detector, name_of
 from .errors import from_client
 from .files import FileStore
 from .languages import Catalog, discover
@@ -40,6 +40,8 @@ T = TypeVar("T")
 class Translated:
     text: str
     alternatives: list[str]
+    # The server's WARNING: "" or why the translation may be incomplete or wrong (nmtserve.coverage)
+    warning: str = ""
 
 
 def is_one_sentence(text: str) -> bool:
@@ -126,22 +128,32 @@ class Service:
                         "" if self.config.languages else " (name it with --languages SRC-TGT)")
 
     async def detector(self) -> Detector:
-        sources = (await self.catalog()).sources
+        served = (await self.catalog()).sources
+        sources = served
         if self.config.detect_languages:
             wanted = set(self.config.detect_languages)
-            sources = [s for s in sources if s in wanted] or sources
-        if self._detector is None or self._detector.sources != tuple(sources):
-            self._detector = Detector(sources)
-        return self._detector
+            sources = [s for s in served if s in wanted] or served
+        detector = self._detector
+        if detector is None or detector.sources != tuple(sources) or detector.served != tuple(served):
+            self._detector = detector = Detector(sources, served)
+        return detector
 
     async def detect(self, text: str) -> list[Detection]:
-        return await (await self.detector()).detect(text)
+        """What ``/detect`` answers: the language ``text`` is surely in when the server does not
+        translate from it, else the served sources it may be in (detect.py)."""
+        return await (await self.detector()).see(text)
+
+    async def foreign(self, texts: Sequence[str]) -> tuple[int, Detection] | None:
+        """The first of ``texts`` surely in a language no served source is, by its place, and
+        that language (None: each may be in a served source)."""
+        found = await (await self.detector()).first_foreign(texts)
+        return (found[0], found[1][0]) if found is not None else None
 
     async def detect_source(self, text: str, target: str) -> Detection | None:
         """The most likely source language of ``text`` among those that translate into
         ``target`` (None when no served source does)."""
         catalog = await self.catalog()
-        for found in await self.detect(text):
+        for found in await (await self.detector()).detect(text):
             if catalog.serves(found.language, target):
                 return found
         sources = [s for s in catalog.sources if catalog.serves(s, target)]
@@ -175,7 +187,7 @@ class Service:
             for i, translation in zip(sentences, done.pop(0), strict=True):
                 best = translation.text
                 others = [h.text for h in translation.hypotheses or []]
-                results[i] = Translated(best, _unique(others, best)[:alternatives])
+                results[i] = Translated(best, _unique(others, best)[:alternatives], translation.warning)
         for i, text in zip(documents, done, strict=True):
             results[i] = Translated(text, [])
         return [r for r in results if r is not None]
@@ -205,6 +217,15 @@ class Service:
 
     async def translate_document(self, text: str, fmt: str, source: str, target: str) -> str:
         return await self._document(text, fmt, (await self.catalog()).route(source, target), None)
+
+
+def looks_like(found: Detection, catalog: Catalog) -> str:
+    """Why a text in ``found.language`` is refused, for both APIs' messages and the page:
+    "this looks like French; this server translates from English"."""
+    names = [catalog.name(c) for c in catalog.sources]
+    served = (f"{len(names)} languages" if len(names) > 4 else names[0] if len(names) == 1
+              else f"{', '.join(names[:-1])} and {names[-1]}")
+    return f"this looks like {name_of(found.language)}; this server translates from {served}"
 
 
 def _unique(texts: list[str], best: str) -> list[str]:

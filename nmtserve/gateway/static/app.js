@@ -36,6 +36,22 @@
 
   function apiKey() { return $("api-key").value.trim(); }
 
+  // With "Auto Detect", the server refuses a text surely in a language it does not translate
+  // from: "fr is not supported: this looks like French; this server translates from English (...)"
+  // (a batch or a file says the same). Said here as a sentence, without the API's code.
+  const NOT_SERVED = /is not supported: this looks like ([^;]+); this server translates from (.+?)\s*(?:\(|$)/;
+
+  function notServed(message) {
+    const m = NOT_SERVED.exec(message || "");
+    return m && { language: m[1], served: m[2] };
+  }
+
+  function explain(message) {
+    const m = notServed(message);
+    return m ? `This looks like ${m.language}; this server translates from ${m.served}. ` +
+      "To translate it anyway, choose a language under \u201cFrom\u201d." : message;
+  }
+
   function showError(message) {
     $("error").textContent = message || "";
     $("error").hidden = !message;
@@ -109,6 +125,7 @@
     if (state.controller) state.controller.abort();
     if (!q.trim()) {
       $("translation").value = "";
+      showWarning("");
       showAlternatives([]);
       $("detected").textContent = "";
       $("status").textContent = "";
@@ -128,6 +145,7 @@
       });
       if (seq !== state.seq) return;
       $("translation").value = result.translatedText;
+      showWarning(result.warning || "");
       showAlternatives(result.alternatives || []);
       const d = result.detectedLanguage;
       $("detected").textContent = d ? `Detected: ${nameOf(d.language)} (${Math.round(d.confidence)}%)` : "";
@@ -141,8 +159,23 @@
         return translate();
       }
       $("status").textContent = "";
-      showError(error.message);
+      const refused = notServed(error.message);
+      if (refused) {  // the last translation was of another text: not shown beside this one
+        $("translation").value = "";
+        showWarning("");
+        showAlternatives([]);
+        $("detected").textContent = `Detected: ${refused.language}`;
+      }
+      showError(explain(error.message));
     }
+  }
+
+  function showWarning(text) {
+    // The server's check: a number of the text missing from its translation, a translation far
+    // too short, or a model unsure of it. Shown with the translation, never instead of it.
+    const box = $("warning");
+    box.textContent = text ? `This translation ${text}. Check it before use.` : "";
+    box.hidden = !text;
   }
 
   function showAlternatives(list) {
@@ -216,7 +249,7 @@
       link.focus();
     } catch (error) {
       $("file-status").textContent = "";
-      showError(error.message);
+      showError(explain(error.message));
     }
   }
 
