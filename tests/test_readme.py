@@ -1,9 +1,11 @@
-"""The README's examples are tests: each command, curl and Python block runs against the served
-demo model and answers what the README shows under it.
+"""The README's examples are tests, and so are those of the pages in docs/: each command, curl and
+Python block runs against the served demo model and answers what the page shows under it.
 
-Every fenced block of the README is accounted for: run here (``RUN``), or named with the test
-that runs it or why it cannot run in CI (``ELSEWHERE``). A new block that is neither fails
-``test_every_readme_block_is_run_or_accounted_for``.
+Every fenced block of README.md and of every docs/*.md page (but ARCHITECTURE.md, whose blocks are
+diagrams of the code) is accounted for: run here (``RUN``, wherever the block is), or named with
+the test that runs it or why it cannot run in CI (``ELSEWHERE``). A new block that is neither fails
+``test_every_readme_block_is_run_or_accounted_for``. Every relative link of those pages leads to a
+file (and heading) that exists, and the README links every page.
 """
 
 from __future__ import annotations
@@ -14,12 +16,16 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+# docs/ pages whose blocks are not examples (diagrams of the code, kept by hand).
+NOT_EXAMPLES = {"ARCHITECTURE.md"}
 
 # First line of a block -> what runs it, where not here.
 ELSEWHERE = {
@@ -31,12 +37,16 @@ ELSEWHERE = {
                                                  "cannot be downloaded in CI)",
     'with Translator("localhost:8001") as t:': "tests/test_multilingual.py (languages(), per-sentence targets, prefixes)",
     "nmtserve serve --model-repository model_repository --gateway-port 5000": "tests/test_gateway_parts.py",
-    "curl -s localhost:5000/translate": "tests/test_gateway.py::test_the_readme_curl_examples_answer_as_shown",
+    "curl -s localhost:5000/translate": "tests/test_gateway.py::test_the_readme_curl_examples_answer_as_shown "
+                                        "(docs/gateway.md)",
     "import deepl": "tests/test_gateway.py::test_the_official_clients_of_both_apis",
     "nmtserve export CHECKPOINT_DIR --repository": "every served test exports through the CLI (conftest.demo_repository)",
     "nmtserve export CHECKPOINT_DIR --precision int8": "tests/test_quality.py",
     "bash scripts/bench.sh": "a benchmark of ~15 minutes (bench/, not a test)",
-    "docker build -f docker/Dockerfile.cpu": "tests/test_kubernetes.py (kustomize build; no Docker engine in CI)",
+    "docker build -f docker/Dockerfile.cpu": "tests/test_kubernetes.py::test_cpu_dockerfile_passes_hadolint_and_runs_"
+                                             "serve_as_non_root (no Docker engine in CI)",
+    "kubectl apply -k deploy/kubernetes/overlays/cpu": "tests/test_kubernetes.py (kustomize build, strict validation; "
+                                                       "no cluster in CI)",
     "nmtserve export models/en-fr-numbers --repository model_repository --target gpu": "tests/test_gpu_deploy.py "
                                                                                        "(compose validated; no GPU)",
     "docker compose run --rm triton nmtserve gpu-check": "tests/test_gpucheck.py (no GPU in CI)",
@@ -45,40 +55,70 @@ ELSEWHERE = {
 RUN = (
     "curl -s localhost:8000/v2/models/translate/infer",
     "from nmtserve.client import Translator",
-    "nmtserve translate --url localhost:8001 < input.txt",
+    "nmtserve translate --url localhost:8001 < examples/sentences.en",
     "curl -s localhost:8000/v2/models/translate_document/infer",
     'with Translator("localhost:8001") as tr:',
     "nmtserve translate --url localhost:8001 --document --format markdown README.md",
 )
+FENCED = re.compile(r"^ *```\w*\n(.*?)^ *```", re.MULTILINE | re.DOTALL)
 
 
-def blocks() -> list[str]:
-    text = README.read_text(encoding="utf-8")
-    return [textwrap_dedent(b) for b in re.findall(r"^ *```\w*\n(.*?)^ *```", text, re.MULTILINE | re.DOTALL)]
+def pages() -> list[Path]:
+    """README.md and the pages of docs/ (not docs/notes/) whose blocks are examples."""
+    return [README, *sorted(p for p in DOCS.glob("*.md") if p.name not in NOT_EXAMPLES)]
 
 
-def textwrap_dedent(block: str) -> str:
-    import textwrap
+def blocks() -> list[tuple[str, str]]:
+    """(page, block) of every fenced block of every page."""
+    return [(page.relative_to(ROOT).as_posix(), textwrap.dedent(b).strip("\n"))
+            for page in pages() for b in FENCED.findall(page.read_text(encoding="utf-8"))]
 
-    return textwrap.dedent(block).strip("\n")
+
+def blocks_starting(first_line: str) -> list[str]:
+    found = [b for _, b in blocks() if b.startswith(first_line)]
+    assert found, f"no page has a block starting {first_line!r}"
+    return found
 
 
 def block(first_line: str) -> str:
-    found = [b for b in blocks() if b.startswith(first_line)]
-    assert len(found) == 1, f"the README has {len(found)} blocks starting {first_line!r}"
+    found = blocks_starting(first_line)
+    assert len(found) == 1, f"the pages have {len(found)} blocks starting {first_line!r}"
     return found[0]
 
 
 def test_every_readme_block_is_run_or_accounted_for():
-    for b in blocks():
+    for page, b in blocks():
         head = b.splitlines()[0]
-        assert any(head.startswith(k) for k in (*RUN, *ELSEWHERE)), f"a README block nobody runs: {head!r}"
+        assert any(head.startswith(k) for k in (*RUN, *ELSEWHERE)), f"a block nobody runs in {page}: {head!r}"
     for key in (*RUN, *ELSEWHERE):
-        assert any(b.startswith(key) for b in blocks()), f"no README block starts {key!r} any more"
+        assert any(b.startswith(key) for _, b in blocks()), f"no page has a block starting {key!r} any more"
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_leads_somewhere_and_the_readme_links_every_page():
+    linked = set()
+    for page in pages():
+        text = FENCED.sub("", page.read_text(encoding="utf-8"))
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            resolved = (page.parent / path).resolve() if path else page
+            assert resolved.exists(), f"{page.name}: {target} leads nowhere"
+            if anchor and resolved.suffix == ".md":
+                headings = re.findall(r"^#+ (.+)$", FENCED.sub("", resolved.read_text(encoding="utf-8")), re.MULTILINE)
+                assert anchor in {_slug(h) for h in headings}, f"{page.name}: {target} names no heading"
+            if page == README:
+                linked.add(resolved)
+    assert not set(pages()[1:]) - linked, f"pages the README does not link: {set(pages()[1:]) - linked}"
 
 
 def _shown_outputs(code: str) -> list[tuple[str, list[str]]]:
-    """(a curl command, the TRANSLATION the README shows under it)."""
+    """(a curl command, the TRANSLATION the page shows under it)."""
     lines = code.replace("\\\n", " ").splitlines()
     out, command = [], None
     for line in lines:
@@ -111,22 +151,23 @@ def _run(command: str, cwd: Path, server, timeout: float = 120) -> subprocess.Co
     return done
 
 
-pytestmark = pytest.mark.server
-
-
+@pytest.mark.server
 @pytest.mark.parametrize("first_line", ["curl -s localhost:8000/v2/models/translate/infer",
                                         "curl -s localhost:8000/v2/models/translate_document/infer"])
 def test_the_curl_examples_answer_what_the_readme_shows(demo_server, tmp_path, first_line):
-    examples = _shown_outputs(block(first_line))
-    assert examples, f"the README shows no output under {first_line}"
-    for command, shown in examples:
-        answer = json.loads(_run(command, tmp_path, demo_server).stdout)
-        outputs = {o["name"]: o["data"] for o in answer["outputs"]}
-        assert outputs["TRANSLATION"] == shown, command
+    for code in blocks_starting(first_line):  # wherever they are: the README or a page of docs/
+        examples = _shown_outputs(code)
+        assert examples, f"no output shown under {first_line}"
+        for command, shown in examples:
+            answer = json.loads(_run(command, tmp_path, demo_server).stdout)
+            outputs = {o["name"]: o["data"] for o in answer["outputs"]}
+            assert outputs["TRANSLATION"] == shown, command
 
 
 def _example_files(directory: Path) -> None:
-    shutil.copy(ROOT / "examples" / "sentences.en", directory / "input.txt")
+    """What the examples read, where they run (the repository root)."""
+    (directory / "examples").mkdir()
+    shutil.copy(ROOT / "examples" / "sentences.en", directory / "examples" / "sentences.en")
     shutil.copy(README, directory / "README.md")
     (directory / "page.html").write_text('<h1 class="t">the first day</h1><p translate="no">Acme Inc.</p>',
                                          encoding="utf-8")
@@ -137,6 +178,7 @@ def _comment_after(code: str, marker: str) -> str:
     return line.split("# ", 1)[1].strip()
 
 
+@pytest.mark.server
 def test_the_client_examples_print_what_the_readme_says(demo_server, tmp_path):
     _example_files(tmp_path)
     code = block("from nmtserve.client import Translator")
@@ -157,9 +199,10 @@ def test_the_client_examples_print_what_the_readme_says(demo_server, tmp_path):
     assert out.stdout.rstrip("\n") == documents[2][1][0]  # the HTML example's translation
 
 
+@pytest.mark.server
 def test_the_cli_examples_write_what_the_readme_says(demo_server, tmp_path):
     _example_files(tmp_path)
-    _run(block("nmtserve translate --url localhost:8001 < input.txt").split("#")[0], tmp_path, demo_server)
+    _run(block("nmtserve translate --url localhost:8001 < examples/sentences.en").split("#")[0], tmp_path, demo_server)
     assert (tmp_path / "output.txt").read_text(encoding="utf-8") == (ROOT / "examples" / "sentences.fr").read_text(
         encoding="utf-8")
     done = _run(block("nmtserve translate --url localhost:8001 --document --format markdown README.md"), tmp_path,
@@ -168,10 +211,12 @@ def test_the_cli_examples_write_what_the_readme_says(demo_server, tmp_path):
     english = README.read_text(encoding="utf-8")
     # The README itself translates: every fenced block and table row count stays, code is untouched.
     assert french.count("```") == english.count("```") and french.count("\n|") == english.count("\n|")
-    assert block("curl -s localhost:5000/translate") in french
+    for code in re.findall(r"^ *```\w*\n.*?^ *```", english, re.MULTILINE | re.DOTALL):
+        assert code in french, code
     assert "error" not in done.stderr.lower(), done.stderr
 
 
+@pytest.mark.server
 @pytest.mark.slow
 def test_demo_script_serves_and_translates_as_expected(tmp_path):
     from nmtserve.server.launcher import free_port

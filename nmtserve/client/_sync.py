@@ -111,8 +111,8 @@ class Translator(BaseTranslator[Generator[list[Translation], None, None]]):
 
         The server cuts it into sentences, translates them all as one batch and puts them back:
         whitespace, Markdown structure, HTML tags and attributes are kept, and code, ``pre``,
-        ``script``, ``style`` and ``translate="no"`` content is left as it is (README,
-        "Documents"). Keyword arguments: translate()'s but ``num_hypotheses`` and ``on_error``.
+        ``script``, ``style`` and ``translate="no"`` content is left as it is
+        (docs/documents.md). Keyword arguments: translate()'s but ``num_hypotheses`` and ``on_error``.
         Retried like a sentence request; a bad document raises InvalidInputError.
         """
         return self._perform(self._document_call(text, format, args))
