@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from gateway_helpers import EXPECTED, running_limited_gateway
+from gateway_helpers import EXPECTED, running_gateway
 
 from nmtserve.gateway import deepl, libretranslate
 from nmtserve.gateway.access import DEEPL, Access
@@ -259,7 +259,7 @@ def _json_body(response: bytes) -> dict:
 def test_slow_and_idle_connections_are_closed_within_their_timeouts_and_others_are_served(tmp_path):
     header_s, body_s, idle_s = 1.5, 2.0, 1.0
     dead_triton = f"127.0.0.1:{free_port()}"
-    with running_limited_gateway(dead_triton, tmp_path, "--header-timeout", str(header_s), "--body-timeout", str(body_s),
+    with running_gateway(dead_triton, tmp_path, "--header-timeout", str(header_s), "--body-timeout", str(body_s),
                                  "--keep-alive-timeout", str(idle_s)) as gateway:
         address = _address(gateway.url)
         results: dict[str, tuple[float, bytes]] = {}
@@ -343,7 +343,7 @@ def test_slow_and_idle_connections_are_closed_within_their_timeouts_and_others_a
 def test_a_connection_over_the_cap_is_turned_away_alone(tmp_path):
     cap = 8
     dead_triton = f"127.0.0.1:{free_port()}"
-    with running_limited_gateway(dead_triton, tmp_path, "--max-connections", str(cap), "--header-timeout", "2") as gateway:
+    with running_gateway(dead_triton, tmp_path, "--max-connections", str(cap), "--header-timeout", "2") as gateway:
         address = _address(gateway.url)
         held = [socket.create_connection(address) for _ in range(cap)]
         time.sleep(0.3)  # accepted
@@ -376,7 +376,7 @@ def test_a_connection_over_the_cap_is_turned_away_alone(tmp_path):
 def plain(demo_server, tmp_path_factory):
     """A gateway with the default limits; translated files live 2 s, swept every 0.5 s."""
     directory = tmp_path_factory.mktemp("limits")
-    with running_limited_gateway(demo_server.urls.grpc_address, directory, "--files-dir", str(directory / "files"),
+    with running_gateway(demo_server.urls.grpc_address, directory, "--files-dir", str(directory / "files"),
                                  "--file-ttl", "2", "--purge-interval", "0.5") as gw:
         gw.files = directory / "files"
         yield gw
@@ -389,7 +389,7 @@ def keyed(demo_server, tmp_path_factory):
     directory = tmp_path_factory.mktemp("keyed-limits")
     keys = directory / "keys.txt"
     keys.write_text(f"capped 0 100\nmetered - - {3 * len(ONE)}\n", encoding="utf-8")
-    with running_limited_gateway(demo_server.urls.grpc_address, directory, "--api-keys", str(keys),
+    with running_gateway(demo_server.urls.grpc_address, directory, "--api-keys", str(keys),
                                  "--batch-limit", "100") as gw:
         yield gw
 

@@ -433,19 +433,5 @@ def joined_examples(n: int, seed: int, exclude: set[str] = frozenset(), kinds: t
     ``kinds`` restricts the draw to some of ``KIND_WEIGHTS`` (in their relative shares); the
     category of each example is ``joined-<kind>``. Sources have 1..corpus.MAX_TOKENS words.
     """
-    kinds = tuple(kinds or KIND_WEIGHTS)
-    rng = random.Random(seed)
-    weights = [KIND_WEIGHTS[k] for k in kinds]
-    seen = set(exclude)
-    examples: list[Example] = []
-    draws, max_draws = 0, 20 * n + 1_000
-    while len(examples) < n:
-        draws += 1
-        if draws > max_draws:
-            raise ValueError(f"could only draw {len(examples)} unique joined pairs of {n} requested")
-        kind = rng.choices(kinds, weights=weights)[0]
-        source, target = _GENERATORS[kind](rng)
-        if source not in seen and 1 <= len(source.split()) <= corpus.MAX_TOKENS:
-            seen.add(source)
-            examples.append(Example(f"joined-{kind}", source, target))
-    return examples
+    weights = {k: KIND_WEIGHTS[k] for k in (kinds or KIND_WEIGHTS)}
+    return typed.unique_examples(n, random.Random(seed), weights, _GENERATORS, exclude, "joined")

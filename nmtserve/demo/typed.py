@@ -255,19 +255,26 @@ def typed_examples(n: int, seed: int, exclude: set[str] = frozenset()) -> list[E
 
     The category of each example is ``typed-<kind>``. Sources have 1..corpus.MAX_TOKENS words.
     """
-    rng = random.Random(seed)
-    kinds = list(KIND_WEIGHTS)
-    weights = [KIND_WEIGHTS[k] for k in kinds]
+    return unique_examples(n, random.Random(seed), KIND_WEIGHTS, _GENERATORS, exclude, "typed")
+
+
+def unique_examples(n: int, rng: random.Random, weights: dict[str, float],
+                    generators: dict[str, Callable[[random.Random], tuple[str, str]]],
+                    exclude: set[str], label: str) -> list[Example]:
+    """``n`` pairs drawn from ``generators`` in the shares of ``weights``, with unique English
+    sources of 1..corpus.MAX_TOKENS words not in ``exclude``; category ``<label>-<kind>``."""
+    kinds = list(weights)
+    shares = [weights[k] for k in kinds]
     seen = set(exclude)
     examples: list[Example] = []
     draws, max_draws = 0, 20 * n + 1_000
     while len(examples) < n:
         draws += 1
         if draws > max_draws:
-            raise ValueError(f"could only draw {len(examples)} unique typed pairs of {n} requested")
-        kind = rng.choices(kinds, weights=weights)[0]
-        source, target = _GENERATORS[kind](rng)
+            raise ValueError(f"could only draw {len(examples)} unique {label} pairs of {n} requested")
+        kind = rng.choices(kinds, weights=shares)[0]
+        source, target = generators[kind](rng)
         if source not in seen and 1 <= len(source.split()) <= corpus.MAX_TOKENS:
             seen.add(source)
-            examples.append(Example(f"typed-{kind}", source, target))
+            examples.append(Example(f"{label}-{kind}", source, target))
     return examples
