@@ -62,17 +62,19 @@ def number_words(language: str | None) -> tuple[frozenset[str], frozenset[str]] 
     values = [*range(0, 101), *range(100, 1000, 100), 101, 121, 171, 181, 191, 1000, 1001, 2000, 21000, 10**6, 2 * 10**6]
     words: set[str] = set()
     starts: set[str] = set()
+    singles: set[str] = set()  # numbers of one word ("twenty", "mille")
     try:
         for n in values:
             spelled = _WORD.findall(num2words(n, lang=code).lower())
             words.update(spelled)
             if spelled:
                 starts.add(spelled[0])
+            if len(spelled) == 1:
+                singles.add(spelled[0])
     except (NotImplementedError, OverflowError, KeyError, AttributeError, TypeError, ValueError):
         return None
     if not words:
         return None
-    singles = {w for n in values for w in [num2words(n, lang=code).lower()] if _WORD.fullmatch(w)}
     joiners = frozenset(w for w in words if w not in starts and w not in singles and len(w) <= 3)
     return frozenset(words | _EXTRA_WORDS.get(code, set())), joiners
 
@@ -101,6 +103,19 @@ def mentions(text: str, language: str | None) -> int:
     return count
 
 
+def missing_numbers(source: str, translation: str, source_language: str | None = None,
+                    target_language: str | None = None) -> str:
+    """"" when every number of ``source`` is in ``translation``; else which are not: digits (1-9)
+    of the source missing, or fewer mentions of numbers (digits or words) than the source's."""
+    lost = nonzero_digits(source) - nonzero_digits(translation)
+    if lost:
+        return "digits of the source are missing (" + ", ".join(sorted(lost.elements())) + ")"
+    # Without the target's number words only the digits can be compared.
+    have = mentions(source, source_language if number_words(target_language) is not None else None)
+    get = mentions(translation, target_language)
+    return f"the source mentions {have} numbers, the translation {get}" if get < have else ""
+
+
 def warning(source: str, translation: str, source_language: str | None = None, target_language: str | None = None,
             length_ratio: float = 0.0, score: float | None = None, score_floor: float = 0.0) -> str:
     """"" when nothing suggests the translation leaves part of ``source`` out or is wrong; else why
@@ -114,16 +129,8 @@ def warning(source: str, translation: str, source_language: str | None = None, t
     unsure = ""
     if score is not None and score_floor < 0 and score < score_floor:
         unsure = f"may be wrong: the model is unsure of it (score {score:.2f}, under this model's floor of {score_floor:.2f})"
-    reasons = []
-    lost = nonzero_digits(source) - nonzero_digits(translation)
-    if lost:
-        reasons.append("digits of the source are missing (" + ", ".join(sorted(lost.elements())) + ")")
-    else:
-        have, get = mentions(source, source_language), mentions(translation, target_language or None)
-        if number_words(target_language) is None and number_words(source_language) is not None:
-            have = mentions(source, None)  # only the digits can be compared
-        if get < have:
-            reasons.append(f"the source mentions {have} numbers, the translation {get}")
+    lost = missing_numbers(source, translation, source_language, target_language)
+    reasons = [lost] if lost else []
     if length_ratio > 0 and len(source) >= MIN_CHARS_FOR_LENGTH:
         ratio = len(translation) / len(source)
         if ratio < SHORT_FACTOR * length_ratio:

@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import re
 import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,6 +110,12 @@ def _grpc_infer_args(module: Any, request: Request, timeout: float | None, heade
     return {"inputs": inputs, "outputs": outputs, "headers": headers, **timeouts}
 
 
+def _http_infer_args(module: Any, request: Request, timeout: float | None, headers: Any) -> dict[str, Any]:
+    """``InferenceServerClient.infer``'s keyword arguments, the same in http and http.aio."""
+    inputs, outputs = tritonclient_tensors(module, request)
+    return {"inputs": inputs, "outputs": outputs, "timeout": _server_timeout_us(timeout), "headers": headers}
+
+
 def _grpc_client(module: Any, url: str, tls: TLS | None) -> Any:
     return module.InferenceServerClient(
         url, channel_args=_grpc_channel_args(tls), **(tls.grpc_arguments() if tls is not None else {})
@@ -152,6 +159,24 @@ class _Transport:
         self._lacking.add(found.group(1))  # requests in flight meanwhile find it there too
         return True
 
+    def _infer_asking(self, request: Request, infer: Callable[[Request], Any]) -> Any:
+        """``infer(request with its optional outputs)``, once more without one the server turns down."""
+        try:
+            return infer(self._shaped(request))
+        except Exception as exc:
+            if not self._lacks(exc, request):
+                raise
+        return infer(self._shaped(request))
+
+    async def _infer_asking_async(self, request: Request, infer: Callable[[Request], Awaitable[Any]]) -> Any:
+        """``_infer_asking`` for a coroutine ``infer``."""
+        try:
+            return await infer(self._shaped(request))
+        except Exception as exc:
+            if not self._lacks(exc, request):
+                raise
+        return await infer(self._shaped(request))
+
 
 # --------------------------------------------------------------------------------------------
 # Blocking
@@ -172,12 +197,8 @@ class GrpcTransport(_Transport):
         self._client = _grpc_client(module, self._url, self._tls)
 
     def infer(self, model: str, request: Request, timeout: float | None) -> Any:
-        try:
-            return self._client.infer(model, **_grpc_infer_args(self._module, self._shaped(request), timeout, self._headers))
-        except Exception as exc:
-            if not self._lacks(exc, request):
-                raise
-        return self._client.infer(model, **_grpc_infer_args(self._module, self._shaped(request), timeout, self._headers))
+        return self._infer_asking(request, lambda shaped: self._client.infer(
+            model, **_grpc_infer_args(self._module, shaped, timeout, self._headers)))
 
     def probe(self, model: str, timeout: float | None) -> tuple[bool, bool]:
         client = self._client
@@ -236,18 +257,8 @@ class HttpTransport(_Transport):
         return client
 
     def infer(self, model: str, request: Request, timeout: float | None) -> Any:
-        try:
-            return self._infer(model, self._shaped(request), timeout)
-        except Exception as exc:
-            if not self._lacks(exc, request):
-                raise
-        return self._infer(model, self._shaped(request), timeout)
-
-    def _infer(self, model: str, request: Request, timeout: float | None) -> Any:
-        inputs, outputs = tritonclient_tensors(self._module, request)
-        return self._client().infer(
-            model, inputs, outputs=outputs, timeout=_server_timeout_us(timeout), headers=self._headers
-        )
+        return self._infer_asking(request, lambda shaped: self._client().infer(
+            model, **_http_infer_args(self._module, shaped, timeout, self._headers)))
 
     def probe(self, model: str, timeout: float | None) -> tuple[bool, bool]:
         client = self._client()
@@ -296,12 +307,8 @@ class AsyncGrpcTransport(_Transport):
         return self._client
 
     async def infer(self, model: str, request: Request, timeout: float | None) -> Any:
-        try:
-            return await self._get().infer(model, **_grpc_infer_args(self._module, self._shaped(request), timeout, self._headers))
-        except Exception as exc:
-            if not self._lacks(exc, request):
-                raise
-        return await self._get().infer(model, **_grpc_infer_args(self._module, self._shaped(request), timeout, self._headers))
+        return await self._infer_asking_async(request, lambda shaped: self._get().infer(
+            model, **_grpc_infer_args(self._module, shaped, timeout, self._headers)))
 
     async def probe(self, model: str, timeout: float | None) -> tuple[bool, bool]:
         client = self._get()
@@ -352,19 +359,8 @@ class AsyncHttpTransport(_Transport):
         return self._client
 
     async def infer(self, model: str, request: Request, timeout: float | None) -> Any:
-        try:
-            return await self._infer(model, self._shaped(request), timeout)
-        except Exception as exc:
-            if not self._lacks(exc, request):
-                raise
-        return await self._infer(model, self._shaped(request), timeout)
-
-    async def _infer(self, model: str, request: Request, timeout: float | None) -> Any:
-        inputs, outputs = tritonclient_tensors(self._module, request)
-        call = self._get().infer(
-            model, inputs, outputs=outputs, timeout=_server_timeout_us(timeout), headers=self._headers
-        )
-        return await asyncio.wait_for(call, timeout)
+        return await self._infer_asking_async(request, lambda shaped: asyncio.wait_for(self._get().infer(
+            model, **_http_infer_args(self._module, shaped, timeout, self._headers)), timeout))
 
     async def probe(self, model: str, timeout: float | None) -> tuple[bool, bool]:
         client = self._get()

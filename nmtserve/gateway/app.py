@@ -19,9 +19,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from . import deepl, libretranslate
-from .access import Access
 from .config import GatewayConfig
-from .files import FileStore
 from .service import Service
 
 STATIC = Path(str(resources.files("nmtserve.gateway") / "static"))
@@ -70,10 +68,6 @@ def _attachment(disposition: bytes) -> bytes:
 def create_app(config: GatewayConfig) -> Starlette:
     service = Service(config)
     limits = config.limits
-    # The service's keys and files, with every limit of config.limits (see config.Limits).
-    service.access = Access(config.api_keys, limits)
-    service.files.close()  # the default store (a temporary folder it made, if any) is not used
-    service.files = FileStore(config.files_dir, limits=limits)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -58,8 +58,8 @@ class Service:
             config.url, config.protocol, config.model, timeout=config.timeout,
             concurrency=config.concurrency, headers=config.headers, tls=config.tls,  # type: ignore[arg-type]
         )
-        self.access = Access(config.api_keys)
-        self.files = FileStore(config.files_dir)
+        self.access = Access(config.api_keys, config.limits)
+        self.files = FileStore(config.files_dir, limits=config.limits)
         self._unnamed = tuple(config.languages or DEFAULT_UNNAMED_PAIRS)
         self._catalog: Catalog | None = None
         self._catalog_at = float("-inf")

@@ -68,6 +68,6 @@ def _evaluate(ckpt, directory: Path, name: str, beam_size: int, translations: bo
 def drops_a_number(translation: str, reference: str, language: str = "fr") -> bool:
     """Whether ``translation`` leaves out a number ``reference`` has: one of its digits (1-9), or
     one of its mentions of a number in digits or words (nmtserve.coverage)."""
-    from ..coverage import mentions, nonzero_digits
+    from ..coverage import missing_numbers
 
-    return bool(nonzero_digits(reference) - nonzero_digits(translation)) or mentions(translation, language) < mentions(reference, language)
+    return bool(missing_numbers(reference, translation, language, language))

@@ -164,7 +164,6 @@ class DetokenizeModel:
             ]))
         return out
 
-
     def _warnings(self, request, translations: np.ndarray, lowest: np.ndarray) -> np.ndarray:
         """WARNING [n]: per element, "" or why its translation may leave part of TEXT out or be
         wrong (nmtserve.coverage; ``lowest``: the lowest score of its sentences); all "" when the
@@ -172,24 +171,23 @@ class DetokenizeModel:
         from ..coverage import warning
         from ..languages import describe
 
-        out = np.full(translations.shape[0], b"", dtype=np.object_)
-        text = stub.input_array(request, c.TEXT)
-        if text is None or text.shape != translations.shape:
+        n = translations.shape[0]
+        out = np.full(n, b"", dtype=np.object_)
+        try:  # tokenize refused what these readers refuse: a request that got here reads
+            sources = decode_texts(stub.input_array(request, c.TEXT))
+            given = [decode_strings(c.SOURCE_LANG, stub.input_array(request, c.SOURCE_LANG), n, per_sentence=False),
+                     decode_strings(c.TARGET_LANG, stub.input_array(request, c.TARGET_LANG), n, per_sentence=True)]
+        except InputError:  # no TEXT: a caller of detokenize with its own ids
             return out
-        source, target = self.pair
-        names = {}
-        for name in (c.SOURCE_LANG, c.TARGET_LANG):
-            value = stub.input_array(request, name)
-            if value is not None and value.size:
-                names[name] = [describe([v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)])[0].iso
-                               for v in value.reshape(-1).tolist()]
-        for i, (src, tgt) in enumerate(zip(text.tolist(), translations.tolist(), strict=True)):
-            src_lang = names[c.SOURCE_LANG][0] if c.SOURCE_LANG in names else source
-            targets = names.get(c.TARGET_LANG)
-            tgt_lang = (targets[i] if len(targets) == len(out) else targets[0]) if targets else target
-            source_text, translation = (x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in (src, tgt))
-            out[i] = warning(source_text, translation, src_lang, tgt_lang, self.length_ratio, float(lowest[i]),
-                             self.score_floor).encode("utf-8")
+        if len(sources) != n:
+            return out
+        codes = list(dict.fromkeys(code for side in given if side for code in side))
+        iso = {code: lang.iso for code, lang in zip(codes, describe(codes), strict=True)}
+        source_langs, target_langs = ([iso[code] for code in side] if side else [default] * n
+                                      for side, default in zip(given, self.pair, strict=True))
+        for i, (source, translation) in enumerate(zip(sources, translations.tolist(), strict=True)):
+            out[i] = warning(source, translation.decode("utf-8"), source_langs[i], target_langs[i], self.length_ratio,
+                             float(lowest[i]), self.score_floor).encode("utf-8")
         return out
 
 
