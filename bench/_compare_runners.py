@@ -175,20 +175,21 @@ def engine_runner(size: Size, repo: Path, threads: int) -> Iterator[Runner]:
     from nmtserve.engine import EnginePool
     from nmtserve.runtime.onnxruntime import OnnxModel
     from nmtserve.runtime.spec import ModelSpec
-    from nmtserve.server.triton_models import cpu_layout
+    from nmtserve.server.triton_models import cpu_layout, running_batch
 
     art = artifacts(repo)
     spec = ModelSpec.load(art / "model.json")
     loops, per_loop = cpu_layout("inprocess", cores=threads)  # what the server runs
     model = OnnxModel(art / "encoder.onnx", art / "decoder.onnx", spec, threads=per_loop)
-    engine = EnginePool(model, loops, max_sentences=MAX_SENTENCES, max_beam=spec.max_beam).start()
+    running = running_batch("inprocess", 0, MAX_SENTENCES, cores=threads)  # the server's running batch
+    engine = EnginePool(model, loops, max_sentences=running, max_beam=spec.max_beam).start()
 
     def decoder(beam: int) -> Decoder:
         options = size.options(beam)
         return lambda batch: [hyps[0].tokens for hyps in engine.translate(batch, options, timeout=900)]
 
     try:
-        yield Runner("engine", f"EnginePool({loops} loops x {per_loop} threads, max_sentences={MAX_SENTENCES}) "
+        yield Runner("engine", f"EnginePool({loops} loops x {per_loop} threads, max_sentences={running}) "
                                "in this process, the server's layout", decoder)
     finally:
         engine.stop()

@@ -18,7 +18,7 @@ Rows (engines):
   their "identical to PyTorch" column measures what the rule changes against the default rule;
 * ``engine``        the in-process in-flight engine on the same exported graphs, laid out as
   the server lays out ``--threads`` cores (``EnginePool``: 2 decode loops x threads // 2
-  ONNX Runtime threads over one ``OnnxModel``, 64 running sentences in all);
+  ONNX Runtime threads over one ``OnnxModel``, the running batch the server chooses: 12 sentences a core up to the export's 64);
 * ``pytorch``       ``nmtserve.model.reference.reference_decode`` (PyTorch eager);
 * ``transformers``  ``MarianMTModel.generate`` (``early_stopping=False``, pad banned, no forced
   EOS): base size only. The demo checkpoint has no Marian form (the paper's interleaved sin/cos

@@ -333,6 +333,16 @@ def test_cpu_layout_uses_every_core_without_oversubscribing():
     assert cpu_layout("tensorrt") == (1, None)  # one loop per GPU
 
 
+def test_the_running_batch_stops_at_the_cpu_knee_and_never_passes_the_export():
+    from nmtserve.server.triton_models import running_batch
+
+    assert running_batch("inprocess", 0, 64, cores=2) == 24  # 12 a core: latency under bulk
+    assert running_batch("inprocess", 0, 64, cores=16) == 64  # the export's max batch caps it
+    assert running_batch("inprocess", 40, 64, cores=2) == 40  # asked for: kept
+    assert running_batch("inprocess", 100, 64, cores=2) == 64  # never past the export's profile
+    assert running_batch("tensorrt", 0, 64) == 64  # a GPU step barely grows with the batch
+
+
 def test_a_request_split_over_two_loops_comes_back_whole_and_in_order(tiny):
     from nmtserve.engine import EnginePool
 

@@ -53,7 +53,10 @@ _TRITON_TYPES = {"int32": "TYPE_INT32", "int64": "TYPE_INT64", "bool": "TYPE_BOO
 @dataclass(frozen=True)
 class RepositoryOptions:
     name: str = contract.DEFAULT_MODEL
-    max_batch: int = ModelSpec.max_batch  # sentences in the running decode batch
+    max_batch: int = ModelSpec.max_batch  # the most sentences in the running decode batch
+    # Sentences decoding together; 0: chosen at load (nmtserve.server.triton_models.running_batch:
+    # 12 per core on CPU up to max_batch, max_batch on a GPU).
+    running_batch: int = 0
     max_beam: int = graphs.DEFAULT_MAX_BEAM
     # CPU decode loops and ONNX Runtime threads per call; 0: chosen at load for the cores present
     # (nmtserve.server.triton_models.cpu_layout: 2 loops x cores // 2 threads).
@@ -210,7 +213,8 @@ def model_configs(dims: graphs.Dims, opts: RepositoryOptions,
         "encoder": (_graph_tensors(graphs.encoder_inputs()), _graph_tensors(graphs.encoder_outputs(dims))),
         "decoder": (_graph_tensors(graphs.decoder_inputs(dims)), _graph_tensors(graphs.decoder_outputs(dims))),
     }
-    engine_params = {"artifacts": ".", "max_batch": str(opts.max_batch), "max_beam": str(opts.max_beam),
+    engine_params = {"artifacts": ".", "max_batch": str(opts.max_batch), "running_batch": str(opts.running_batch),
+                     "max_beam": str(opts.max_beam),
                      "workers": str(opts.workers), "intra_op_threads": str(opts.intra_op_threads),
                      "step_backend": opts.step_backend, "max_queued_sentences": str(opts.max_queued_sentences),
                      "queue_timeout_s": f"{opts.queue_timeout_s:g}"}
