@@ -1,7 +1,8 @@
 """deploy/kubernetes and the CPU image: every overlay renders with `kubectl kustomize`, validates
 against the Kubernetes schemas (kubernetes-validate, strict), and keeps the rules a review would
 check: probes on Triton's health endpoints, graceful termination, limits, non-root where the
-image allows, a GPU per GPU replica, the autoscaler's metric being one the server exports."""
+image allows, a GPU per GPU replica, the autoscaler's metric being one the server exports.
+The manifests are also played for real under podman: tests/test_containers.py."""
 
 from __future__ import annotations
 
@@ -109,6 +110,8 @@ def test_cpu_dockerfile_passes_hadolint_and_runs_serve_as_non_root():
     dockerfile = ROOT / "docker" / "Dockerfile.cpu"
     text = dockerfile.read_text()
     assert "USER 10001" in text and '"nmtserve", "serve", "--host", "0.0.0.0"' in text
+    assert '"--console-log"' in text  # Triton's own log in the container's (docker/podman logs)
+    assert "ARG BASE_IMAGE=python:3.11-slim-bookworm\nFROM ${BASE_IMAGE}" in text  # the official image by default
     from helpers import assert_hadolint_passes
 
     assert_hadolint_passes(dockerfile)
