@@ -19,6 +19,8 @@ def _add_search_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("decoding")
     g.add_argument("--beam-size", type=int, default=None, help=f"beam width (default: the model's, {defaults.BEAM_SIZE})")
     g.add_argument("--nbest", type=int, default=1, help="hypotheses per sentence (<= beam size)")
+    g.add_argument("--all-hypotheses", action="store_true",
+                   help="with --nbest: every hypothesis the server returned, not only the plausible ones")
     g.add_argument("--length-penalty", type=float, default=None, help="score = sum log p / length**alpha (default 1.0)")
     g.add_argument("--max-length", type=int, default=None, help="max generated tokens per sentence")
 

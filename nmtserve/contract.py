@@ -25,6 +25,9 @@ NUM_HYPOTHESES = "NUM_HYPOTHESES"  # [1] optional: n-best size k, 1..beam (defau
 # finished (transformers' early_stopping=True, near CTranslate2's patience=1 rule) instead of when
 # no running beam can still beat them: fewer steps; a few translations differ (docs/contract.md)
 EARLY_STOPPING = "EARLY_STOPPING"
+# [1] optional bool, default false: fill ALIGNMENT (the decoder's attention carried with the beams;
+# the step reads it only for the sentences that ask)
+ALIGN = "ALIGN"
 TRANSLATION = "TRANSLATION"  # [n] best translation, same order as TEXT
 SCORE = "SCORE"  # [n] its length-normalised log-probability
 NBEST_TRANSLATION = "NBEST_TRANSLATION"  # [n, k]
@@ -44,6 +47,11 @@ CUTS = "CUTS"
 # a source number missing, much shorter than the model's usual length ratio, or a score far under
 # the model's usual (nmtserve.coverage; the ratio and the floor measured at export)
 WARNING = "WARNING"
+# [n] string out: with ALIGN, the best translation's word alignment to TEXT[i] in the Pharaoh format
+# ("0-0 1-2 2-1": source word - target word, each counted from 0 in the whitespace-separated words
+# of TEXT[i] and of TRANSLATION[i]); every target word once, aligned to the source word its first
+# token attended to most; "" without ALIGN
+ALIGNMENT = "ALIGNMENT"
 
 # -- between the ensemble's steps (and for callers of `generate` with their own ids)
 SRC_IDS = "SRC_IDS"  # [n, S] int32, padded
@@ -51,6 +59,7 @@ SRC_LEN = "SRC_LEN"  # [n] int32
 OUT_IDS = "OUT_IDS"  # [n, k, T] int32
 OUT_LEN = "OUT_LEN"  # [n, k] int32
 OUT_SCORE = "OUT_SCORE"  # [n, k] fp32
+OUT_ALIGN = "OUT_ALIGN"  # [n, k, T] int32: per token of OUT_IDS its source position (T = 0 without ALIGN)
 # Per sentence, the tokens forced after the decoder start token (the target language token, then
 # the target prefix): FORCED_IDS [n, F] int32 padded, FORCED_LEN [n], and PROMPT_LEN [n], how many
 # of them are a decoder prompt not counted in lengths (nmtserve.decoding.search.TargetPrefix)
@@ -92,6 +101,9 @@ DOCUMENT_MODEL_SUFFIX = "_document"  # the model beside the ensemble: translate 
 # export measured it (nmtserve.export.markup): "keep" sends them, "drop" sends sentences without.
 INLINE_MARKUP_PARAMETER = "inline_markup"
 INLINE_MARKUP_KEEP, INLINE_MARKUP_DROP = "keep", "drop"
+# "1": the repository's translate serves ALIGN/ALIGNMENT (exports since alignments existed), so
+# "drop" puts inline markup back by word alignment instead of dropping it.
+ALIGNMENTS_PARAMETER = "alignments"
 
 LENGTH_PENALTY_LIMIT = 10.0  # |LENGTH_PENALTY| accepted
 
@@ -114,7 +126,7 @@ class Tensor:
 
 
 OPTION_INPUTS = {BEAM_SIZE: "TYPE_INT32", MAX_LENGTH: "TYPE_INT32", LENGTH_PENALTY: "TYPE_FP32",
-                 NUM_HYPOTHESES: "TYPE_INT32", EARLY_STOPPING: "TYPE_BOOL"}
+                 NUM_HYPOTHESES: "TYPE_INT32", EARLY_STOPPING: "TYPE_BOOL", ALIGN: "TYPE_BOOL"}
 OPTIONS = [Tensor(name, t, (1,), optional=True) for name, t in OPTION_INPUTS.items()]
 
 LANGUAGES = [Tensor(SOURCE_LANG, "TYPE_STRING", (1,), optional=True),
@@ -127,7 +139,8 @@ LANGUAGE_INPUTS = [*TRANSLATE_INPUTS, *LANGUAGES]
 ROUTER_INPUTS = LANGUAGE_INPUTS
 TRANSLATE_OUTPUTS = [Tensor(TRANSLATION, "TYPE_STRING", (-1,)), Tensor(SCORE, "TYPE_FP32", (-1,)),
                      Tensor(NBEST_TRANSLATION, "TYPE_STRING", (-1, -1)), Tensor(NBEST_SCORE, "TYPE_FP32", (-1, -1)),
-                     Tensor(CUTS, "TYPE_INT32", (-1,)), Tensor(WARNING, "TYPE_STRING", (-1,))]
+                     Tensor(CUTS, "TYPE_INT32", (-1,)), Tensor(WARNING, "TYPE_STRING", (-1,)),
+                     Tensor(ALIGNMENT, "TYPE_STRING", (-1,))]
 TOKENIZE_INPUTS = [Tensor(TEXT, "TYPE_STRING", (-1,)), TARGET_PREFIXES, SPLIT]
 MULTILINGUAL_TOKENIZE_INPUTS = [*TOKENIZE_INPUTS, *LANGUAGES]
 SOURCE_TENSORS = [Tensor(SRC_IDS, "TYPE_INT32", (-1, -1)), Tensor(SRC_LEN, "TYPE_INT32", (-1,))]
@@ -138,13 +151,15 @@ TOKENIZE_OUTPUTS = [*SOURCE_TENSORS, *FORCED_TENSORS, *LAYOUT_TENSORS]
 # A caller of `generate` with its own ids may leave the forced tokens out.
 GENERATE_INPUTS = [*SOURCE_TENSORS, *OPTIONS, *(Tensor(t.name, t.triton_type, t.dims, optional=True) for t in FORCED_TENSORS)]
 GENERATE_OUTPUTS = [Tensor(OUT_IDS, "TYPE_INT32", (-1, -1, -1)), Tensor(OUT_LEN, "TYPE_INT32", (-1, -1)),
-                    Tensor(OUT_SCORE, "TYPE_FP32", (-1, -1))]
+                    Tensor(OUT_SCORE, "TYPE_FP32", (-1, -1)), Tensor(OUT_ALIGN, "TYPE_INT32", (-1, -1, -1))]
 # Without the layout (a caller with its own ids) each row is one element; with the request's TEXT
 # (and a multilingual model's languages) each element's WARNING is checked.
-DETOKENIZE_INPUTS = [*GENERATE_OUTPUTS, *(Tensor(t.name, t.triton_type, t.dims, optional=True) for t in LAYOUT_TENSORS),
+# OUT_ALIGN and the source ids (tokenize's SRC_IDS/SRC_LEN) give ALIGNMENT.
+DETOKENIZE_INPUTS = [*(Tensor(t.name, t.triton_type, t.dims, optional=t.name == OUT_ALIGN) for t in GENERATE_OUTPUTS),
+                     *(Tensor(t.name, t.triton_type, t.dims, optional=True) for t in (*LAYOUT_TENSORS, *SOURCE_TENSORS)),
                      Tensor(TEXT, "TYPE_STRING", (-1,), optional=True), *LANGUAGES]
 DETOKENIZE_OUTPUTS = TRANSLATE_OUTPUTS
 # The n-best inputs and outputs make no sense for a whole document: one translation comes back.
 DOCUMENT_INPUTS = [Tensor(DOCUMENT, "TYPE_STRING", (1,)), Tensor(FORMAT, "TYPE_STRING", (1,), optional=True),
-                   *(t for t in OPTIONS if t.name != NUM_HYPOTHESES), *LANGUAGES]
+                   *(t for t in OPTIONS if t.name not in (NUM_HYPOTHESES, ALIGN)), *LANGUAGES]
 DOCUMENT_OUTPUTS = [Tensor(TRANSLATION, "TYPE_STRING", (1,)), Tensor(SENTENCES, "TYPE_INT32", (1,))]

@@ -84,6 +84,11 @@ def decoder_inputs(d: Dims) -> list[Tensor]:
     ]
 
 
+ATTENTION = "attention"
+# Decoder outputs a graph may lack (exported by an older version): a runtime checks for them.
+OPTIONAL_OUTPUTS = (ATTENTION,)
+
+
 def decoder_outputs(d: Dims) -> list[Tensor]:
     """``log_probs`` in full (parity checks, custom loops), each hypothesis' best ``candidates``
     tokens (best first; equal log-probs: lower token id first, ONNX TopK's rule), which is all
@@ -95,6 +100,9 @@ def decoder_outputs(d: Dims) -> list[Tensor]:
         Tensor("top_ids", "int32", ("batch", "beam", d.candidates)),
         Tensor("new_key", "float", new_axes),
         Tensor("new_value", "float", new_axes),
+        # The last decoder layer's cross-attention averaged over its heads: word alignments. Read
+        # only when a sentence asks for them; graphs exported before it lack it (``OPTIONAL_OUTPUTS``).
+        Tensor(ATTENTION, "float", ("batch", "beam", "src_len")),
     ]
 
 

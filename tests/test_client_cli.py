@@ -24,13 +24,14 @@ from client_fixtures import (
 from nmtserve import cli
 from nmtserve.client import (
     AsyncTranslator,
+    Hypothesis,
     InvalidInputError,
     Translation,
     TranslationError,
     Translator,
 )
 from nmtserve.client._retry import RetryPolicy
-from nmtserve.client.cli import _progress
+from nmtserve.client.cli import _progress, format_line
 from nmtserve.server.launcher import (
     TritonInstall,
     TritonServer,
@@ -70,10 +71,8 @@ def test_cli_json_lines_have_scores_and_nbest(
         "source": "Grüße aus Köln",
         "translation": "Köln aus Grüße",
         "score": -3.0,
-        "nbest": [
-            {"translation": "Köln aus Grüße", "score": -3.0},
-            {"translation": "Köln aus Grüße (1)", "score": -4.0},
-        ],
+        # the plausible hypotheses only: the fake's second is a whole point under the best
+        "nbest": [{"translation": "Köln aus Grüße", "score": -3.0}],
     }
     assert records[1] == {"source": "", "translation": "", "score": 0.0, "nbest": []}
     assert records[2]["translation"] == "a b"
@@ -152,7 +151,10 @@ def test_cli_nbest_in_plain_output_is_tab_separated(
     )
 
     assert (code, err) == (0, "")
-    assert out.split("\n")[:-1] == ["b a\tb a (1)\tb a (2)", "", "c\tc (1)\tc (2)"]
+    # The fake's lower hypotheses are not plausible (a whole point under the best): not printed.
+    assert out.split("\n")[:-1] == ["b a", "", "c"]
+    hypotheses = [Hypothesis("b a", -1.0), Hypothesis("a b", -1.05), Hypothesis("a\tb", -1.06)]
+    assert format_line("a b", Translation("b a", -1.0, hypotheses), as_json=False) == "b a\ta b\ta b"
 
 
 @pytest.mark.server

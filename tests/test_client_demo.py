@@ -62,5 +62,7 @@ def test_single_string_and_nbest(demo_server, unique):
     with Translator(demo_server.urls.grpc_address) as client:
         one = client.translate(text)
         assert one.text == unique[text] and one.score is not None
-        nbest = client.translate([text], num_hypotheses=3)[0]
+        nbest = client.translate([text], num_hypotheses=3, all_hypotheses=True)[0]
         assert [h.text for h in nbest.hypotheses][0] == unique[text] and len(nbest.hypotheses) == 3
+        plausible = client.translate([text], num_hypotheses=3)[0].hypotheses  # nmtserve.alternatives
+        assert plausible[0] == nbest.hypotheses[0] and all(h in nbest.hypotheses for h in plausible)

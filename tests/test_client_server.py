@@ -84,7 +84,7 @@ def test_sync_async_grpc_and_http_agree(server: TritonServer) -> None:
 
 @pytest.mark.server
 def test_nbest_has_k_hypotheses_best_first(translator: Translator) -> None:
-    results = translator.translate(["a b c", "", "d"], num_hypotheses=3)
+    results = translator.translate(["a b c", "", "d"], num_hypotheses=3, all_hypotheses=True)
 
     assert results[0].hypotheses == [
         Hypothesis("c b a", -3.0),
@@ -94,6 +94,15 @@ def test_nbest_has_k_hypotheses_best_first(translator: Translator) -> None:
     assert results[0].text == "c b a"
     assert results[1] == Translation("", 0.0, [])
     assert [len(r.hypotheses or []) for r in results] == [3, 0, 3]
+
+
+@pytest.mark.server
+def test_nbest_keeps_only_the_plausible_hypotheses_by_default(translator: Translator) -> None:
+    # The fake's lower hypotheses are a whole point under the best (nmtserve.alternatives.MARGIN
+    # is 0.1) and add a number: the best comes back alone.
+    results = translator.translate(["a b c", "", "d"], num_hypotheses=3)
+
+    assert [r.hypotheses for r in results] == [[Hypothesis("c b a", -3.0)], [], [Hypothesis("d", -1.0)]]
 
 
 @pytest.mark.server

@@ -151,18 +151,25 @@ def test_the_page_translates_as_you_type_and_follows_the_target(page, direct):
     assert page.is_hidden("#error")
 
 
-def test_the_page_offers_alternatives_copies_and_shows_errors(page):
-    sentence = ENGLISH[2]
+def test_the_page_offers_alternatives_copies_and_shows_errors(page, direct):
+    sentence = ENGLISH[2]  # the demo's other hypotheses for it are junk: none offered
     page.select_option("#target", "fr")
     page.fill("#source-text", sentence)
     page.click("#translate")
     wait_for_translation(page, EXPECTED[sentence])
+    assert page.is_hidden("#alternatives-box")
+    # A question the demo gets wrong ("Voit-il"), the right one ("Veut-il") among its alternatives.
+    sentence = "Does he want thirty-one black dogs?"
+    best = direct.translate(sentence, source_lang="en", target_lang="fr").text
+    page.fill("#source-text", sentence)
+    page.click("#translate")
+    wait_for_translation(page, best)
     page.wait_for_selector("#alternatives button")
     first = page.text_content("#alternatives button")
-    assert first and first != EXPECTED[sentence]
+    assert first and first != best
     page.click("#alternatives button")
     assert page.input_value("#translation") == first
-    assert page.text_content("#alternatives button") == EXPECTED[sentence]  # it took the chosen one's place
+    assert page.text_content("#alternatives button") == best  # it took the chosen one's place
 
     page.click("#copy")
     page.wait_for_function("document.getElementById('status').textContent === 'Copied'")
@@ -174,7 +181,7 @@ def test_the_page_offers_alternatives_copies_and_shows_errors(page):
     assert "too long" in page.text_content("#error")
     page.fill("#source-text", sentence)
     page.keyboard.press("Control+Enter")
-    wait_for_translation(page, EXPECTED[sentence])
+    wait_for_translation(page, best)
     assert page.is_hidden("#error")
 
 

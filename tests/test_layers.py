@@ -14,7 +14,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "nmtserve"
 
 # Dependency-free modules any layer may use.
-BASE = {"contract", "defaults", "graphs", "exitcodes", "languages", "documents", "coverage"}
+BASE = {"contract", "defaults", "graphs", "exitcodes", "languages", "documents", "coverage", "alignment", "alternatives"}
 # Each sub-package and what it may import besides BASE (and itself).
 ALLOWED = {
     "documents": set(),

@@ -43,13 +43,16 @@ ELSEWHERE = {
     "nmtserve export CHECKPOINT_DIR --repository": "every served test exports through the CLI (conftest.demo_repository)",
     "nmtserve export CHECKPOINT_DIR --precision int8": "tests/test_quality.py",
     "bash scripts/bench.sh": "a benchmark of ~15 minutes (bench/, not a test)",
-    "docker build -f docker/Dockerfile.cpu": "tests/test_kubernetes.py::test_cpu_dockerfile_passes_hadolint_and_runs_"
-                                             "serve_as_non_root (no Docker engine in CI)",
+    "docker build -f docker/Dockerfile.cpu": "tests/test_containers.py (built and run under podman: "
+                                             "scripts/container-check.sh)",
+    "docker compose -f docker-compose.cpu.yml up": "tests/test_containers.py (podman-compose, the same file)",
     "kubectl apply -k deploy/kubernetes/overlays/cpu": "tests/test_kubernetes.py (kustomize build, strict validation; "
                                                        "no cluster in CI)",
     "nmtserve export models/en-fr-numbers --repository model_repository --target gpu": "tests/test_gpu_deploy.py "
                                                                                        "(compose validated; no GPU)",
     "docker compose run --rm triton nmtserve gpu-check": "tests/test_gpucheck.py (no GPU in CI)",
+    "TEXT         I have three red apples.": "tests/test_alignment.py::test_alignment_is_served_in_the_pharaoh_format "
+                                             "(a table of tensors, not a command)",
     "nmtserve export path/to/checkpoint --repository model_repository --target gpu": "tests/test_gpu_deploy.py",
 }
 RUN = (
@@ -117,20 +120,32 @@ def test_every_link_leads_somewhere_and_the_readme_links_every_page():
     assert not set(pages()[1:]) - linked, f"pages the README does not link: {set(pages()[1:]) - linked}"
 
 
-def _shown_outputs(code: str) -> list[tuple[str, list[str]]]:
-    """(a curl command, the TRANSLATION the page shows under it)."""
+_SHOWN = re.compile(r"# ([A-Z_]+): (\[.*\])$")
+
+
+def _shown(code: str) -> list[tuple[str, dict[str, list]]]:
+    """(a curl command, each output the page shows under it: ``# TRANSLATION: [...]``, and any
+    other ``# NAME: [...]`` line after it)."""
     lines = code.replace("\\\n", " ").splitlines()
-    out, command = [], None
+    out: list[tuple[str, dict[str, list]]] = []
+    command = None
     for line in lines:
+        shown = _SHOWN.match(line)
         if line.startswith("curl "):
             command = line
-        elif line.startswith("# TRANSLATION: "):
-            assert command, line
-            out.append((command, json.loads(line.removeprefix("# TRANSLATION: "))))
+        elif shown and command is not None and shown.group(1) == "TRANSLATION":
+            out.append((command, {"TRANSLATION": json.loads(shown.group(2))}))
             command = None
+        elif shown and out and command is None:
+            out[-1][1][shown.group(1)] = json.loads(shown.group(2))
         elif command is not None:
             command += "\n" + line
     return out
+
+
+def _shown_outputs(code: str) -> list[tuple[str, list[str]]]:
+    """(a curl command, the TRANSLATION the page shows under it)."""
+    return [(command, shown["TRANSLATION"]) for command, shown in _shown(code)]
 
 
 def _environment(server) -> dict[str, str]:
@@ -156,12 +171,13 @@ def _run(command: str, cwd: Path, server, timeout: float = 120) -> subprocess.Co
                                         "curl -s localhost:8000/v2/models/translate_document/infer"])
 def test_the_curl_examples_answer_what_the_readme_shows(demo_server, tmp_path, first_line):
     for code in blocks_starting(first_line):  # wherever they are: the README or a page of docs/
-        examples = _shown_outputs(code)
+        examples = _shown(code)
         assert examples, f"no output shown under {first_line}"
         for command, shown in examples:
             answer = json.loads(_run(command, tmp_path, demo_server).stdout)
             outputs = {o["name"]: o["data"] for o in answer["outputs"]}
-            assert outputs["TRANSLATION"] == shown, command
+            for name, data in shown.items():
+                assert outputs[name] == data, f"{name} of {command}"
 
 
 def _example_files(directory: Path) -> None:
@@ -195,7 +211,8 @@ def test_the_client_examples_print_what_the_readme_says(demo_server, tmp_path):
     out = subprocess.run([sys.executable, "-c", "from nmtserve.client import Translator\n" + _here(page, demo_server)],
                          capture_output=True, text=True, cwd=tmp_path, timeout=120, env=_environment(demo_server))
     assert out.returncode == 0, out.stderr
-    documents = _shown_outputs(block("curl -s localhost:8000/v2/models/translate_document/infer"))
+    documents = _shown_outputs(next(b for p, b in blocks() if p == "docs/documents.md"
+                                    and b.startswith("curl -s localhost:8000/v2/models/translate_document/infer")))
     assert out.stdout.rstrip("\n") == documents[2][1][0]  # the HTML example's translation
 
 

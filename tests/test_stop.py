@@ -155,7 +155,7 @@ def test_the_gpu_container_entrypoint_serves_through_nmtserve_serve_and_stops_cl
         _wait_ready(proc, http, tmp_path / "container.log")
         answer = requests.post(f"http://127.0.0.1:{http}/v2/models/translate/infer", timeout=30, json={
             "inputs": [{"name": "TEXT", "shape": [1], "datatype": "BYTES", "data": ["the first day"]}]}).json()
-        assert answer["outputs"][0]["data"] == ["le premier jour"]
+        assert {o["name"]: o["data"] for o in answer["outputs"]}["TRANSLATION"] == ["le premier jour"]
         keep_alive = requests.Session()
         assert keep_alive.get(f"http://127.0.0.1:{http}/v2/health/live", timeout=5).status_code == 200
         started = time.monotonic()

@@ -262,7 +262,7 @@ class BaseTranslator(Generic[Batches]):
     ) -> tuple[Job, Deadline]:
         if isinstance(texts, str):
             texts = (texts,)
-        blank = Translation("", 0.0, [] if options.nbest else None)
+        blank = Translation("", 0.0, [] if options.nbest else None, alignment=[] if options.alignment else None)
         job = Job(
             texts,
             batch_size=self.batch_size,
@@ -323,7 +323,7 @@ class BaseTranslator(Generic[Batches]):
         return Call(
             self._attempts(deadline, chunk, transport),
             lambda timeout: transport.infer(model, request, timeout),
-            lambda result: decode_response(result, len(chunk), options),
+            lambda result: decode_response(result, len(chunk), options, chunk.texts),
         )
 
     def _document_call(self, text: str, fmt: str, args: DocumentArgs) -> Call:

@@ -74,7 +74,7 @@ def isolate_rejected(
 
 def failed_translation(options: Options) -> Translation:
     """What a rejected sentence gets (``error`` is filled in by ``isolate_rejected``)."""
-    return Translation("", None, [] if options.nbest else None)
+    return Translation("", None, [] if options.nbest else None, alignment=[] if options.alignment else None)
 
 
 def _for_sentence(error: InvalidInputError, index: int) -> InvalidInputError:

@@ -15,6 +15,8 @@ from typing import Any, Protocol, TypedDict
 
 import numpy as np
 
+from ..alignment import parse_pharaoh
+from ..alternatives import plausible
 from . import _constants as C
 from .errors import InvalidInputError, ServerError, TranslationError
 
@@ -36,8 +38,10 @@ class Translation:
     ``score`` is the model's score of ``text`` (length-normalised log-probability; higher is
     better); 0.0 for a blank input line, which is never sent to the server (its empty
     translation is certain). ``hypotheses`` is the n-best list, best first, when more than one
-    hypothesis was asked for (an empty list for a blank line), else None. ``str(translation)``
-    is its text.
+    hypothesis was asked for (an empty list for a blank line), else None: the plausible ones
+    only (``nmtserve.alternatives``: within a margin of the best's score, a different text, the
+    same numbers), so it may hold fewer than ``num_hypotheses``, down to the best alone; with
+    ``all_hypotheses=True`` every hypothesis the server returned. ``str(translation)`` is its text.
 
     ``error`` is set only with ``on_error="return"``: the sentence was rejected (``text`` is
     empty, ``score`` None) and ``error`` says why (an InvalidInputError whose ``index`` is the
@@ -48,6 +52,11 @@ class Translation:
     is wrong (a score far under the model's usual): then it says why ("may be incomplete: digits
     of the source are missing (3)", "may be wrong: the model is unsure of it ..."). A server
     exported before the check always gives "".
+
+    ``alignment`` (with ``alignment=True``) is the translation's word alignment to its input:
+    (source word, target word) pairs, each counted from 0 in the whitespace-separated words of
+    the input and of ``text`` (every target word once, aligned to the source word the decoder
+    attended to most; the contract's ``ALIGNMENT``). None when not asked for.
     """
 
     text: str
@@ -55,6 +64,7 @@ class Translation:
     hypotheses: list[Hypothesis] | None = None
     error: TranslationError | None = None
     warning: str = ""
+    alignment: list[tuple[int, int]] | None = None
 
     @property
     def ok(self) -> bool:
@@ -84,10 +94,19 @@ class Options:
     # True: a sentence's search stops once beam_size hypotheses have finished (fewer steps; a few
     # translations differ from the default rule's). None: the server's default (the full rule).
     early_stopping: bool | None = None
+    # With num_hypotheses > 1: False keeps only the plausible hypotheses (nmtserve.alternatives:
+    # fewer, or the best alone, rather than junk); True every one the server returned.
+    all_hypotheses: bool = False
+    # True: each translation's word alignment (Translation.alignment; the server's ALIGN).
+    alignment: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.alignment, bool):
+            raise InvalidInputError(f"alignment must be True or False, got {self.alignment!r}")
         if not isinstance(self.split_sentences, bool):
             raise InvalidInputError(f"split_sentences must be True or False, got {self.split_sentences!r}")
+        if not isinstance(self.all_hypotheses, bool):
+            raise InvalidInputError(f"all_hypotheses must be True or False, got {self.all_hypotheses!r}")
         if self.early_stopping is not None and not isinstance(self.early_stopping, bool):
             raise InvalidInputError(f"early_stopping must be True, False or None, got {self.early_stopping!r}")
         for name in ("source_lang", "target_lang"):
@@ -143,11 +162,14 @@ class DocumentArgs(_CallArgs, total=False):
 
 
 class TranslateArgs(_CallArgs, total=False):
-    """The keyword arguments of ``translate`` and ``translate_iter``: the n-best size, what a
-    rejected sentence does (``on_error``: "raise" or "return"), and ``target_lang`` /
-    ``target_prefix``, each one for all sentences or a list of one per input sentence."""
+    """The keyword arguments of ``translate`` and ``translate_iter``: the n-best size and whether
+    to keep its implausible hypotheses too (``all_hypotheses``), what a rejected sentence does
+    (``on_error``: "raise" or "return"), and ``target_lang`` / ``target_prefix``, each one for
+    all sentences or a list of one per input sentence."""
 
     num_hypotheses: int
+    all_hypotheses: bool
+    alignment: bool
     on_error: str
     target_lang: str | Sequence[str] | None
     target_prefix: str | Sequence[str] | None
@@ -227,6 +249,9 @@ def encode_request(texts: Sequence[bytes], options: Options, indices: Sequence[i
     if options.early_stopping:  # likewise: a server older than the input never sees it unasked
         inputs.append((C.INPUT_EARLY_STOPPING, np.array([True]), "BOOL"))
     outputs = [C.OUTPUT_TRANSLATION, C.OUTPUT_SCORE]
+    if options.alignment:
+        inputs.append((C.INPUT_ALIGN, np.array([True]), "BOOL"))
+        outputs.append(C.OUTPUT_ALIGNMENT)
     if options.nbest:
         outputs += [C.OUTPUT_NBEST_TRANSLATION, C.OUTPUT_NBEST_SCORE]
     return Request(tuple(inputs), tuple(outputs), (C.OUTPUT_WARNING,))
@@ -251,7 +276,7 @@ def encode_document_request(text: str, fmt: str, options: Options) -> Request:
         ),
         (C.INPUT_FORMAT, np.array([fmt.encode()], dtype=np.object_), "BYTES"),
         # the options, encoded as for sentences (a document is cut into sentences by its own rules)
-        *(i for i in sentence.inputs[1:] if i[0] != C.INPUT_SPLIT_SENTENCES),
+        *(i for i in sentence.inputs[1:] if i[0] not in (C.INPUT_SPLIT_SENTENCES, C.INPUT_ALIGN)),
     ]
     return Request(tuple(inputs), (C.OUTPUT_TRANSLATION, C.OUTPUT_SENTENCES))
 
@@ -280,8 +305,10 @@ class InferResult(Protocol):
     def as_numpy(self, name: str) -> np.ndarray | None: ...
 
 
-def decode_response(result: InferResult, count: int, options: Options) -> list[Translation]:
-    """Exactly ``count`` translations from one response, or ServerError saying what is wrong."""
+def decode_response(result: InferResult, count: int, options: Options,
+                    sources: Sequence[bytes] | None = None) -> list[Translation]:
+    """Exactly ``count`` translations from one response, or ServerError saying what is wrong;
+    ``sources`` (the request's sentences) feed the n-best's number check (``_plausible``)."""
     texts = _output(result, C.OUTPUT_TRANSLATION, (count,))
     score_array = result.as_numpy(C.OUTPUT_SCORE)
     if score_array is None:
@@ -290,20 +317,47 @@ def decode_response(result: InferResult, count: int, options: Options) -> list[T
         scores = [_score(s) for s in _checked(score_array, C.OUTPUT_SCORE, (count,))]
     warning_array = result.as_numpy(C.OUTPUT_WARNING)
     warnings = [""] * count if warning_array is None else [_text(w) for w in _checked(warning_array, C.OUTPUT_WARNING, (count,))]
+    alignments: list[list[tuple[int, int]] | None] = [None] * count
+    if options.alignment:
+        alignments = [_alignment(a) for a in _output(result, C.OUTPUT_ALIGNMENT, (count,))]
     if not options.nbest:
-        return [Translation(_text(t), s, warning=w) for t, s, w in zip(texts, scores, warnings, strict=True)]
+        return [Translation(_text(t), s, warning=w, alignment=a)
+                for t, s, w, a in zip(texts, scores, warnings, alignments, strict=True)]
     k = options.num_hypotheses
     nbest_texts = _output(result, C.OUTPUT_NBEST_TRANSLATION, (count, k))
     nbest_scores = _output(result, C.OUTPUT_NBEST_SCORE, (count, k))
+    if sources is None:
+        sources = [b""] * count
     return [
         Translation(
             _text(t),
             s,
-            [Hypothesis(_text(ht), _score(hs)) for ht, hs in zip(row_t, row_s, strict=True)],
+            _plausible([Hypothesis(_text(ht), _score(hs)) for ht, hs in zip(row_t, row_s, strict=True)],
+                       source.decode("utf-8", "replace"), options),
             warning=w,
+            alignment=a,
         )
-        for t, s, row_t, row_s, w in zip(texts, scores, nbest_texts, nbest_scores, warnings, strict=True)
+        for t, s, row_t, row_s, w, source, a in zip(texts, scores, nbest_texts, nbest_scores, warnings, sources,
+                                                    alignments, strict=True)
     ]
+
+
+def _alignment(value: Any) -> list[tuple[int, int]]:
+    """One element of ALIGNMENT (Pharaoh format) as pairs; ServerError when it is not one."""
+    try:
+        return parse_pharaoh(_text(value))
+    except ValueError as exc:
+        raise ServerError(f"{C.OUTPUT_ALIGNMENT}: {exc}") from None
+
+
+def _plausible(hypotheses: list[Hypothesis], source: str, options: Options) -> list[Hypothesis]:
+    """The hypotheses a person is offered (nmtserve.alternatives), or all with ``all_hypotheses``."""
+    if options.all_hypotheses:
+        return hypotheses
+    target = options.target_lang if isinstance(options.target_lang, str) else None
+    keep = plausible([h.text for h in hypotheses], [h.score for h in hypotheses], source,
+                     source_language=options.source_lang, target_language=target)
+    return [hypotheses[i] for i in keep]
 
 
 def _output(result: InferResult, name: str, shape: tuple[int, ...]) -> np.ndarray:

@@ -91,7 +91,8 @@ class Translator(BaseTranslator[Generator[list[Translation], None, None]]):
         sentences is translated sentence by sentence and put back together with its own
         spacing; False sends each input to the model whole), ``early_stopping`` (True: each
         sentence's search stops once ``beam_size`` hypotheses have finished, fewer steps; a few
-        translations differ from the default rule's). Raises a TranslationError subclass (see
+        translations differ from the default rule's), ``alignment`` (True: each result's
+        ``alignment``, its word pairs with the input, from the decoder's attention). Raises a TranslationError subclass (see
         ``nmtserve.client.errors``) unless every sentence got its translation.
         """
         results = list(self.translate_iter(texts, **args))

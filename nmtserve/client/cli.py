@@ -190,7 +190,9 @@ def _options(args: argparse.Namespace) -> tuple[Options, dict[str, Any]]:
         options = Options(args.beam_size, args.max_length, args.length_penalty, args.nbest,
                           getattr(args, "source_lang", None), getattr(args, "target_lang", None),
                           getattr(args, "target_prefix", None), not getattr(args, "no_split_sentences", False),
-                          True if getattr(args, "early_stopping", False) else None)
+                          True if getattr(args, "early_stopping", False) else None,
+                          # --all-hypotheses (nmtserve/cli.py): the n-best unfiltered
+                          bool(getattr(args, "all_hypotheses", False)))
     except InvalidInputError as exc:
         # Name the flags the user typed, not the library's parameters.
         message = str(exc)

@@ -107,6 +107,9 @@ class SearchOptions:
     num_hypotheses: int = 1
     early_stopping: bool | Literal["never"] = False
     patience: float = 1.0
+    # Each hypothesis' source position per generated token (``Hypothesis.alignment``): the step's
+    # ``attention`` (the decoder's cross-attention, argmax over the source) carried with the beams.
+    alignment: bool = False
 
     def __post_init__(self) -> None:
         problems = []
@@ -144,6 +147,9 @@ class Hypothesis:
     tokens: list[int]  # generated tokens, EOS included when the hypothesis ended with it
     score: float  # normalised: sum_logprobs / len ** length_penalty
     sum_logprobs: float
+    # With ``SearchOptions.alignment``: per generated token, the source position the decoder
+    # attended to most when it chose that token (its step's ``attention`` argmax).
+    alignment: list[int] | None = None
 
 
 @dataclass
@@ -186,7 +192,8 @@ def _topk_desc(scores: np.ndarray, k: int) -> np.ndarray:
 
 _EARLY_STOPPING = {False: 0, True: 1, "never": 2}
 _ROW_ARRAYS = ("scores", "tokens", "parents", "t", "max_len", "min_len", "penalty", "stopping",
-               "pool_size", "pool_capacity", "pool_worst", "done", "sequences", "forced", "n_forced", "prompt")
+               "pool_size", "pool_capacity", "pool_worst", "done", "sequences", "forced", "n_forced", "prompt",
+               "aligned", "align")
 
 
 class BeamBatch:
@@ -223,6 +230,8 @@ class BeamBatch:
     forced: np.ndarray
     n_forced: np.ndarray
     prompt: np.ndarray
+    aligned: np.ndarray  # (capacity, K, T): each beam's source position per token (rows with ``align``)
+    align: np.ndarray  # (capacity,) bool: the row's options ask for alignments
 
     # Up to this many rows, ``advance`` of ``Candidates`` runs row by row in Python
     # (``_advance_few``): the ~60 NumPy calls of a vectorized step cost ~0.15 ms whatever the
@@ -236,6 +245,7 @@ class BeamBatch:
         self.max_steps = max(1, max_steps)
         self.pools: list[_Finished] = []
         self.options: list[SearchOptions] = []
+        self._attention: np.ndarray | None = None  # the current step's (b, K) source positions
         self._grow(max(1, capacity))
 
     def _grow(self, capacity: int) -> None:
@@ -250,6 +260,7 @@ class BeamBatch:
             "sequences": np.zeros((capacity, k, t), np.int32),
             "forced": np.zeros((capacity, t), np.int32), "n_forced": np.zeros(capacity, np.int64),
             "prompt": np.zeros(capacity, np.int64),
+            "aligned": np.zeros((capacity, k, t), np.int16), "align": np.zeros(capacity, bool),
         }
         for name, array in fresh.items():
             if b:
@@ -290,6 +301,7 @@ class BeamBatch:
         self.forced[row, : len(prefix.tokens)] = prefix.tokens
         self.n_forced[row], self.prompt[row] = len(prefix.tokens), prefix.prompt
         self.penalty[row], self.stopping[row] = options.length_penalty, _EARLY_STOPPING[options.early_stopping]
+        self.align[row] = options.alignment
         self.pool_size[row], self.pool_capacity[row], self.pool_worst[row] = 0, options.n_finished, -np.inf
         self.done[row] = False
         self.pools.append(_Finished(options.n_finished))
@@ -316,9 +328,17 @@ class BeamBatch:
     def results(self, row: int) -> list[Hypothesis]:
         return sorted(self.pools[row].hyps, key=lambda h: -h.score)[: self.options[row].num_hypotheses]
 
-    def advance(self, log_probs: np.ndarray | Candidates) -> None:
-        """One step for rows ``[0, size)`` from their log-probs (b, K, V) or ``Candidates`` (b, K, m)."""
+    @property
+    def wants_attention(self) -> bool:
+        """Whether a live row asks for alignments: its steps must pass ``attention`` to ``advance``."""
+        return bool(self.align[: self.size].any())
+
+    def advance(self, log_probs: np.ndarray | Candidates, attention: np.ndarray | None = None) -> None:
+        """One step for rows ``[0, size)`` from their log-probs (b, K, V) or ``Candidates`` (b, K, m);
+        ``attention`` (b, K): each hypothesis' most attended source position at this step (needed
+        while ``wants_attention``)."""
         b, k, eos = self.size, self.k, self.eos_id
+        self._attention = None if attention is None else np.asarray(attention, dtype=np.int16)
         if isinstance(log_probs, Candidates) and b <= self.few_rows:
             self._advance_few(log_probs)
             return
@@ -391,6 +411,9 @@ class BeamBatch:
         width = int(t.max()) if b else 0  # reorder only the steps some row has taken
         self.sequences[:b, :, :width] = self.sequences[:b, :, :width][rows, parents]
         self.sequences[rows[:, 0], :, t] = tokens
+        if self._attention is not None:
+            self.aligned[:b, :, :width] = self.aligned[:b, :, :width][rows, parents]
+            self.aligned[rows[:, 0], :, t] = self._attention[rows, parents]
         self.tokens[:b], self.parents[:b], self.scores[:b], self.t[:b] = tokens, parents, scores, gen_len
         self.done[:b] = at_max | self._cannot_improve(scores[:, 0], counted)
 
@@ -401,7 +424,12 @@ class BeamBatch:
 
     def _finish_one(self, row: int, beam: int, token: int, score: float, counted: int) -> None:
         pool = self.pools[row]
-        pool.add(Hypothesis([*self.prefix(row, beam), token], score / float(counted) ** float(self.penalty[row]), score))
+        alignment = None
+        if self.align[row] and self._attention is not None:
+            t = int(self.t[row])
+            alignment = [*self.aligned[row, beam, :t].tolist(), int(self._attention[row, beam])]
+        pool.add(Hypothesis([*self.prefix(row, beam), token], score / float(counted) ** float(self.penalty[row]), score,
+                            alignment))
         self.pool_size[row], self.pool_worst[row] = len(pool.hyps), pool.worst()
 
     def _advance_few(self, candidates: Candidates) -> None:
@@ -445,6 +473,9 @@ class BeamBatch:
             scores = [top_scores[j] for j in chosen] + [-inf] * dead
             self.sequences[row, :, :width] = self.sequences[row, parents, :width]
             self.sequences[row, :, t] = tokens
+            if self._attention is not None:
+                self.aligned[row, :, :width] = self.aligned[row, parents, :width]
+                self.aligned[row, :, t] = self._attention[row, parents]
             self.tokens[row], self.parents[row], self.scores[row], self.t[row] = tokens, parents, scores, gen_len
             self.done[row] = at_max or self._cannot_improve_one(row, scores[0], counted)
 
@@ -500,7 +531,7 @@ def beam_search(
     parents = batch_index = None
     while batch.size:
         log_probs = model.step(batch.tokens[: batch.size].copy(), parents, batch_index)
-        batch.advance(log_probs)
+        batch.advance(log_probs, getattr(model, "attention", None) if batch.wants_attention else None)
         done = batch.done[: batch.size]
         for row in np.flatnonzero(done).tolist():
             results[sentence[row]] = batch.results(row)

@@ -86,8 +86,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ._core import _CODE as _CODE_KIND
-from ._core import _OPEN as _OPEN_KIND
+from ._align import place, source_layout
 from ._core import (
     DEFAULT_MAX_CHARS,
     FORMATS,
@@ -130,18 +129,25 @@ class Segmented:
     _slots: tuple[_Slot, ...] = field(repr=False, compare=False)
 
     def without_markup(self) -> list[str]:
-        """``sentences`` with their own placeholders taken out (the text between a pair's markers
-        stays): what a model that does not carry placeholders is given. Rendering its
-        translations drops the inline formatting and appends each atomic span (code, image) at
-        the end of its sentence; the text is the sentence's own translation."""
-        out = []
-        for slot in self._slots:
-            sentence = slot.sentence
-            for code in slot.codes:
-                mark = {_CODE_KIND: f"<x{code.number}/>", _OPEN_KIND: f"<g{code.number}>"}.get(code.kind, f"</g{code.number}>")
-                sentence = sentence.replace(mark, " ", 1)
-            out.append(" ".join(sentence.split()))
-        return out
+        """``sentences`` with their own placeholders taken out, as a reader sees them (the text
+        between a pair's markers stays, the markers take no room; an atomic span is a space):
+        what a model that does not carry placeholders is given. ``render`` of its translations
+        drops the inline formatting and appends each atomic span (code, image) at the end of its
+        sentence; ``render_aligned`` puts it back by word alignment. The text is the sentence's
+        own translation either way."""
+        return [" ".join(source_layout(slot)[0]) for slot in self._slots]
+
+    def render_aligned(self, translations: Sequence[str], alignments: Sequence[Sequence[tuple[int, int]]]) -> str:
+        """``render`` for translations of ``without_markup``'s sentences: each sentence's inline
+        markup is put around the target words its word ``alignments`` (source word, target word
+        pairs over the whitespace-separated words of the sentence without markup and of its
+        translation, ``nmtserve.alignment``) map the marked source words to (``_align.place``).
+        The text is each translation's own."""
+        if len(alignments) != len(translations):
+            raise TranslationMismatchError(f"got {len(alignments)} alignments for {len(translations)} translations")
+        placed = [place(slot, t, a) if isinstance(t, str) and slot.codes else t
+                  for slot, t, a in zip(self._slots, translations, alignments, strict=False)]
+        return self.render(placed)
 
     @property
     def spans(self) -> list[tuple[int, int]]:

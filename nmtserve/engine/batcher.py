@@ -79,10 +79,18 @@ class StepRuntime(Protocol):
 
     def encode(self, src_ids: np.ndarray) -> tuple[list, list]: ...
 
-    def run_step(self, feeds: dict) -> dict: ...
+    def run_step(self, feeds: dict, outputs: Sequence[str] = graphs.STEP_OUTPUTS) -> dict: ...
 
 
 Callback = Callable[[list[list[Hypothesis]] | None, BaseException | None], None]
+# A step of a group where some sentence asks for word alignments also fetches the attention.
+ALIGNING_OUTPUTS = (*graphs.STEP_OUTPUTS, graphs.ATTENTION)
+
+
+def has_attention(runtime) -> bool:
+    """Whether ``runtime``'s decoder has the ``attention`` output (runtimes say; graphs exported
+    before it existed do not have it)."""
+    return bool(getattr(runtime, "has_attention", False))
 
 
 @dataclass(eq=False)
@@ -107,10 +115,14 @@ class _Request:
 
 
 def check_request(sources: Sequence[Sequence[int]], options: SearchOptions, spec: ModelSpec, max_beam: int,
-                  prefixes: Sequence[TargetPrefix] | None = None) -> None:
-    """What a loop refuses at submit, checked before any part of a request is queued."""
+                  prefixes: Sequence[TargetPrefix] | None = None, attention: bool = True) -> None:
+    """What a loop refuses at submit, checked before any part of a request is queued
+    (``attention``: whether the runtime's decoder has the ``attention`` output)."""
     if options.beam_size > max_beam:
         raise ValueError(f"beam_size {options.beam_size} exceeds this server's maximum {max_beam}")
+    if options.alignment and not attention:
+        raise ValueError("this model's decoder graph has no attention output (exported before alignments "
+                         "existed): re-export it with this version for word alignments")
     too_long = [i for i, src in enumerate(sources) if len(src) > spec.max_source_len]
     if too_long:  # the encoder's profile (TensorRT) and positions end there
         raise ValueError(f"source {too_long[0]} has more than max_source_len={spec.max_source_len} tokens")
@@ -249,7 +261,7 @@ class InflightBatcher:
                cancelled: Callable[[], bool] | None = None, prefixes: Sequence[TargetPrefix] | None = None) -> None:
         """Queue sentences (id lists ending with EOS), each with its target prefix if any;
         ``callback(results, error)`` runs in the engine thread."""
-        check_request(sources, options, self.spec, self.max_beam, prefixes)
+        check_request(sources, options, self.spec, self.max_beam, prefixes, has_attention(self.runtime))
         request = _Request([list(s) for s in sources], options, callback, cancelled=cancelled,
                            prefixes=list(prefixes or ()))
         if not request.sources:
@@ -435,7 +447,9 @@ class InflightBatcher:
                 continue
             group.fit_width(0)
             t_lo = int(group.start[: group.size].min())  # the oldest row's start: the window read
-            out = self.runtime.run_step(self._feeds(group, t_lo))
+            aligning = group.search.wants_attention
+            feeds = self._feeds(group, t_lo)
+            out = self.runtime.run_step(feeds, ALIGNING_OUTPUTS) if aligning else self.runtime.run_step(feeds)
             self._store_new_kv(group, out)
             self._advance(group, out, t_lo)
             self._retire_finished(beam, group)
@@ -472,8 +486,11 @@ class InflightBatcher:
         """The searches take the step's candidates; the ancestor table follows the parents."""
         g, b, k = self.g, group.size, group.k
         m = min(2 * k + 1, out["top_ids"].shape[-1])
+        attention = out.get(graphs.ATTENTION)
+        if attention is not None:  # each hypothesis' most attended source position (b, K)
+            attention = self.arrays.asnumpy(attention.argmax(-1))
         group.search.advance(Candidates(self.arrays.asnumpy(out["top_log_probs"][..., :m]),
-                                        self.arrays.asnumpy(out["top_ids"][..., :m]), self.spec.vocab))
+                                        self.arrays.asnumpy(out["top_ids"][..., :m]), self.spec.vocab), attention)
         window = group.table[:b, :, t_lo : g + 1]
         group.table[:b, :, t_lo : g + 1] = window[np.arange(b)[:, None], group.search.parents[:b]]
 
@@ -668,7 +685,7 @@ class EnginePool:
         over the loops (so a bulk request keeps every core busy) and answered once, in order,
         when every part is done, or with the first part's error."""
         sources = list(sources)
-        check_request(sources, options, self.spec, self.max_beam, prefixes)
+        check_request(sources, options, self.spec, self.max_beam, prefixes, has_attention(self.engines[0].runtime))
         self.limits.check(self.queued, len(sources))
         parts = min(len(self.engines), len(sources))
         if parts <= 1:

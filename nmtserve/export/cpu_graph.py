@@ -39,7 +39,7 @@ import torch
 from onnx import TensorProto, helper
 
 from .. import graphs
-from ..model.transformer import Transformer
+from ..model.transformer import Transformer, alignment_layer
 from .onnx_export import EXTERNAL_DATA_BYTES
 from .weights import SharedWeights, save_arrays, tensor_threshold
 
@@ -150,7 +150,10 @@ def build_cpu_decoder(model: Transformer, path: Path, max_beam: int = graphs.DEF
             new_v.append(v_i)
             x, y = _residual(b, out, layer.self_attn.out_proj, f"{p}/self_attn/out_proj", x,
                              norms[3 * i + 1] if c.pre_norm else layer.sub_self.norm, c.pre_norm)
-            out = _cross_attention(b, common, layer.cross_attn, y, i, d, h, p)
+            out, probs = _cross_attention(b, common, layer.cross_attn, y, i, d, h, p)
+            if i == alignment_layer(n_layers):  # the alignment attention: the heads' mean (B, K, S)
+                b.nodes.append(helper.make_node("ReduceMean", [probs], [graphs.ATTENTION], name="/attention",
+                                                axes=[1], keepdims=0))
             x, y = _residual(b, out, layer.cross_attn.out_proj, f"{p}/cross_attn/out_proj", x,
                              norms[3 * i + 2] if c.pre_norm else layer.sub_cross.norm, c.pre_norm)
             out = _ffn(b, layer.ffn, y, c.activation, p)
@@ -387,7 +390,7 @@ def _softmax_in_any_window(b: _Builder, scores: str, name: str) -> str:
     return b.one("Div", [e, b.one("Cast", [total], f"{name}/sum", to=TensorProto.FLOAT)], name)
 
 
-def _cross_attention(b: _Builder, shared: _Shared, attn, y: str, i: int, d: int, h: int, p: str) -> str:
+def _cross_attention(b: _Builder, shared: _Shared, attn, y: str, i: int, d: int, h: int, p: str) -> tuple[str, str]:
     """A sentence's K beams are the rows of its query: (N, d) -> (B, h, K, d_k) against the memory
     keys (B, h, d_k, S) and values (B, h, S, d_k) -> (N, d)."""
     scale = 1.0 / math.sqrt(d // h)  # folded into the query's weights
@@ -398,7 +401,7 @@ def _cross_attention(b: _Builder, shared: _Shared, attn, y: str, i: int, d: int,
     probs = b.one("Softmax", [b.one("Add", [scores, shared.src_bias], f"{p}/cross_attn/scores_masked")], f"{p}/cross_attn/probs", axis=-1)
     out = b.one("MatMul", [probs, graphs.memory_value(i)], f"{p}/cross_attn/mixed")  # (B, h, K, d_k)
     out = b.one("Transpose", [out], f"{p}/cross_attn/out_bkhd", perm=[0, 2, 1, 3])
-    return b.one("Reshape", [out, shared.flat_d], f"{p}/cross_attn/flat")
+    return b.one("Reshape", [out, shared.flat_d], f"{p}/cross_attn/flat"), probs
 
 
 def _ffn(b: _Builder, ffn, y: str, activation: str, p: str) -> str:

@@ -63,11 +63,12 @@ class DecoderGraph(nn.Module):
                 cache_rows: Tensor, past_mask: Tensor, *rest: Tensor) -> tuple[Tensor, ...]:
         n = self.layers
         mem_k, mem_v, src_mask = list(rest[:n]), list(rest[n : 2 * n]), rest[2 * n]
-        log_probs, new_key, new_value = self.model.decode_step(
-            input_ids, position, past_key, past_value, cache_rows, past_mask, mem_k, mem_v, src_mask
+        log_probs, new_key, new_value, attention = self.model.decode_step(
+            input_ids, position, past_key, past_value, cache_rows, past_mask, mem_k, mem_v, src_mask,
+            return_attention=True,
         )
         top_log_probs, top_ids = torch.topk(log_probs, self.candidates, dim=-1)  # sorted, best first
-        return log_probs, top_log_probs, top_ids.to(torch.int32), new_key, new_value
+        return log_probs, top_log_probs, top_ids.to(torch.int32), new_key, new_value, attention
 
 
 def example_decoder_inputs(model: Transformer, batch: int = 2, beam: int = 3, past: int = 4, src: int = 5) -> tuple[Tensor, ...]:

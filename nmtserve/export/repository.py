@@ -177,13 +177,14 @@ def _ensemble(name: str, params: dict[str, str], sfx: str = "", multilingual: bo
     tokenize_inputs = c.MULTILINGUAL_TOKENIZE_INPUTS if multilingual else c.TOKENIZE_INPUTS
     sources = [t.name for t in (*c.SOURCE_TENSORS, *c.FORCED_TENSORS)]
     layout = [t.name for t in c.LAYOUT_TENSORS]
-    internal = {n: n.lower() for n in (*sources, *layout, c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE)}
+    internal = {n: n.lower() for n in (*sources, *layout, c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE, c.OUT_ALIGN)}
     options = {n: n for n in c.OPTION_INPUTS}
     steps = [
         step("tokenize" + sfx, {t.name: t.name for t in tokenize_inputs}, {n: internal[n] for n in (*sources, *layout)}),
         step("generate" + sfx, {**{n: internal[n] for n in sources}, **options},
-             {n: internal[n] for n in (c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE)}),
-        step("detokenize" + sfx, {**{n: internal[n] for n in (c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE, *layout)}, c.TEXT: c.TEXT,
+             {n: internal[n] for n in (c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE, c.OUT_ALIGN)}),
+        step("detokenize" + sfx, {**{n: internal[n] for n in (c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE, c.OUT_ALIGN, *layout,
+                                                             c.SRC_IDS, c.SRC_LEN)}, c.TEXT: c.TEXT,
                                   **({t.name: t.name for t in c.LANGUAGES} if multilingual else {})},
              {t.name: t.name for t in c.TRANSLATE_OUTPUTS}),
     ]
@@ -258,6 +259,7 @@ def model_configs(dims: graphs.Dims, opts: RepositoryOptions,
             _python_model(document, _tensors(contract.DOCUMENT_INPUTS), _tensors(contract.DOCUMENT_OUTPUTS),
                           params={"translate_model": opts.name, "max_document_chars": str(opts.max_document_chars),
                                   contract.INLINE_MARKUP_PARAMETER: opts.inline_markup,
+                                  contract.ALIGNMENTS_PARAMETER: "1",
                                   "max_request_sentences": str(opts.max_request_sentences),
                                   "routed": "1" if opts.pair or multilingual else "0"}),
             "DocumentModel"),

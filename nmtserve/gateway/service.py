@@ -6,6 +6,10 @@ by more text) goes to the ``translate`` ensemble: the fast path, with an n-best 
 ``alternatives``. Anything longer, and every HTML text, goes to ``translate_document``, which
 cuts it into sentences, translates them in one batch and puts the layout back; it has no n-best
 list, so a multi-sentence text gets no alternatives (as LibreTranslate gives none for HTML).
+
+The alternatives are the plausible hypotheses after the best (``nmtserve.alternatives``: within
+a margin of the best's score, a different text, the same numbers, number words checked in the
+request's languages): up to the number asked for, fewer or none rather than junk.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from nmtserve.client import AsyncTranslator, InvalidInputError, TranslationError
+from nmtserve.alternatives import key, plausible
+from nmtserve.client import AsyncTranslator, InvalidInputError, Translation, TranslationError
 from nmtserve.client.errors import local_message
 
 from .access import Access
@@ -174,7 +179,9 @@ class Service:
         documents = [i for i in range(len(texts)) if not one[i]]
         jobs: list[Awaitable[Any]] = []
         if sentences:
-            options: dict[str, Any] = {"num_hypotheses": alternatives + 1} if alternatives else {}
+            # The raw n-best: the rule runs here, where the request's languages are known (the
+            # client knows none for a repository exported without a pair).
+            options: dict[str, Any] = {"num_hypotheses": alternatives + 1, "all_hypotheses": True} if alternatives else {}
             if not split:
                 options["split_sentences"] = False
             named = sentences if len(texts) > 1 else None
@@ -185,9 +192,8 @@ class Service:
         done = await _gather(jobs)
         if sentences:
             for i, translation in zip(sentences, done.pop(0), strict=True):
-                best = translation.text
-                others = [h.text for h in translation.hypotheses or []]
-                results[i] = Translated(best, _unique(others, best)[:alternatives], translation.warning)
+                others = _alternatives(texts[i].strip(), translation, source, target)
+                results[i] = Translated(translation.text, others[:alternatives], translation.warning)
         for i, text in zip(documents, done, strict=True):
             results[i] = Translated(text, [])
         return [r for r in results if r is not None]
@@ -228,14 +234,13 @@ def looks_like(found: Detection, catalog: Catalog) -> str:
     return f"this looks like {name_of(found.language)}; this server translates from {served}"
 
 
-def _unique(texts: list[str], best: str) -> list[str]:
-    """LibreTranslate's alternatives: each other hypothesis once, never the best or an empty one."""
-    seen, unique = {best, ""}, []
-    for text in texts:
-        if text not in seen:
-            seen.add(text)
-            unique.append(text)
-    return unique
+def _alternatives(source_text: str, translation: Translation, source: str, target: str) -> list[str]:
+    """The hypotheses after the best that a person may choose (nmtserve.alternatives), none
+    with the best's text."""
+    hypotheses = translation.hypotheses or []
+    texts, scores = [h.text for h in hypotheses], [h.score for h in hypotheses]
+    kept = plausible(texts, scores, source_text, source_language=source, target_language=target)
+    return [texts[i] for i in kept if key(texts[i]) != key(translation.text)]
 
 
 async def _gather(jobs: list[Awaitable[T]]) -> list[T]:

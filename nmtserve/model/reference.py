@@ -65,13 +65,14 @@ class TorchRuntime:
     def run_step(self, feeds: dict[str, np.ndarray], outputs: Sequence[str] = graphs.STEP_OUTPUTS) -> dict[str, np.ndarray]:
         n = self.spec.layers
         with torch.no_grad():
-            log_probs, new_key, new_value = self.model.decode_step(
+            log_probs, new_key, new_value, attention = self.model.decode_step(
                 self._in(feeds["input_ids"]).long(), self._in(feeds["position"]).long(), self._in(feeds["past_key"]),
                 self._in(feeds["past_value"]), self._in(feeds["cache_rows"]).long(), self._in(feeds["past_mask"]),
                 [self._in(feeds[graphs.memory_key(i)]) for i in range(n)],
                 [self._in(feeds[graphs.memory_value(i)]) for i in range(n)], self._in(feeds["src_mask"]),
+                return_attention=True,
             )
-            out = {"log_probs": log_probs, "new_key": new_key, "new_value": new_value}
+            out = {"log_probs": log_probs, "new_key": new_key, "new_value": new_value, graphs.ATTENTION: attention}
             if {"top_log_probs", "top_ids"} & set(outputs):
                 top, ids = torch.topk(log_probs, self.spec.dims.candidates, dim=-1)
                 out.update(top_log_probs=top, top_ids=ids.to(torch.int32))
@@ -92,6 +93,7 @@ def reference_decode(
     prefixes = list(prefixes) if prefixes is not None else [NO_PREFIX] * len(batch)
     max_steps = max(BeamBatch.steps_for(options, n, p) for n, p in zip(lengths, prefixes, strict=True))
     stepper = TorchRuntime(model).step_model(pad_batch(batch, cfg.pad_id), options.beam_size, max_steps)
+    stepper.want_attention = options.alignment
     return beam_search(stepper, len(batch), lengths, options, bos_id=cfg.bos_id, eos_id=cfg.eos_id, prefixes=prefixes)
 
 

@@ -102,6 +102,26 @@ class Tokenizer:
             ids = [self.vocab.get(p, self.unk_id) for p in _vocab_pieces(self.target, text)]
         return [*ids, self.eos_id]
 
+    def source_pieces(self, ids: Sequence[int]) -> list[str | None]:
+        """Each source id's piece; None for the special tokens (what ``alignment.piece_words`` reads)."""
+        return self._pieces(ids, self.source)
+
+    def target_pieces(self, ids: Sequence[int]) -> list[str | None]:
+        """Each generated id's piece; None for the special tokens and unknowns ``decode`` drops."""
+        return self._pieces(ids, self.target)
+
+    def _pieces(self, ids: Sequence[int], sp: spm.SentencePieceProcessor) -> list[str | None]:
+        out: list[str | None] = []
+        for i in ids:
+            i = int(i)
+            if i in self.special_ids or (self.id_to_piece is not None and i == self.unk_id):
+                out.append(None)
+            elif self.id_to_piece is not None:
+                out.append(self.id_to_piece.get(i))
+            else:
+                out.append(sp.id_to_piece(i) if 0 <= i < sp.get_piece_size() else None)
+        return out
+
     def decode(self, ids: Sequence[int]) -> str:
         """Target ids -> text; stops at EOS, drops pad/bos."""
         kept = []

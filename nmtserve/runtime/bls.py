@@ -21,6 +21,7 @@ class BlsRuntime:
 
     def __init__(self, spec):
         self.spec = spec
+        self.has_attention = True  # the repository's decoder model lists the graph's outputs
         self._enc_out = [t.name for t in graphs.encoder_outputs(spec.dims)]
 
     def _call(self, model: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> list[np.ndarray]:

@@ -54,6 +54,10 @@ class LockstepModel:
         shape = (max_steps, self.index.rows, spec.layers, spec.heads, spec.d_k)
         self.past_key = np.zeros(shape, model._float)
         self.past_value = np.zeros(shape, model._float)
+        # Fetch the decoder's ``attention`` too (the search's ``SearchOptions.alignment``); the last
+        # step's (b, K) most attended source positions are ``attention`` then.
+        self.want_attention = False
+        self.attention: np.ndarray | None = None
 
     def step(self, tokens: np.ndarray, parents: np.ndarray | None, batch_index: np.ndarray | None) -> np.ndarray:
         self.index.reorder(parents, batch_index)
@@ -70,9 +74,13 @@ class LockstepModel:
             past_mask=past_mask, memory_keys=self.memory_keys, memory_values=self.memory_values,
             src_mask=self.src_mask,
         )
-        out = self.model.run_step(feeds, ("log_probs", "new_key", "new_value"))
+        names = ("log_probs", "new_key", "new_value", graphs.ATTENTION) if self.want_attention else \
+            ("log_probs", "new_key", "new_value")
+        out = self.model.run_step(feeds, names)
         t, write_rows = self.index.advance()
         write_cache(self.past_key, self.past_value, t, write_rows, out)
+        if self.want_attention:
+            self.attention = np.asarray(out[graphs.ATTENTION]).argmax(-1)
         return out["log_probs"]
 
 

@@ -116,6 +116,8 @@ class OnnxModel:
         self._enc_out = [t.name for t in graphs.encoder_outputs(dims)]
         past_type = next(i.type for i in self.decoder.get_inputs() if i.name == "past_key")
         self._float = np.float16 if past_type == "tensor(float16)" else np.float32
+        # Graphs exported before the decoder's ``attention`` output have no word alignments.
+        self.has_attention = graphs.ATTENTION in {o.name for o in self.decoder.get_outputs()}
 
     def encode(self, src_ids: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """src_ids (B, S) -> per layer memory keys (B, h, d_k, S) and values (B, h, S, d_k)."""
@@ -156,7 +158,7 @@ class OnnxBoundModel(OnnxModel):
         self.arrays = arrays
         dims = spec.dims
         self._enc_tensors = graphs.encoder_outputs(dims)
-        self._dec_tensors = graphs.decoder_outputs(dims)
+        self._dec_tensors = [t for t in graphs.decoder_outputs(dims) if t.name != graphs.ATTENTION or self.has_attention]
 
     def _run(self, session: ort.InferenceSession, feeds: dict, outputs: list[graphs.Tensor], sizes: dict[str, int]) -> dict:
         arrays = self.arrays
@@ -185,4 +187,4 @@ class OnnxBoundModel(OnnxModel):
     def run_step(self, feeds: dict, outputs: Sequence[str] = graphs.STEP_OUTPUTS) -> dict:
         batch, beam = feeds["input_ids"].shape
         wanted = [t for t in self._dec_tensors if t.name in outputs]
-        return self._run(self.decoder, feeds, wanted, {"batch": batch, "beam": beam})
+        return self._run(self.decoder, feeds, wanted, {"batch": batch, "beam": beam, "src_len": feeds["src_mask"].shape[1]})

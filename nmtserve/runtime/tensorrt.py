@@ -178,7 +178,10 @@ class TensorRTModel:
         self.decoder = _Plan(trt, self._runtime, Path(decoder_plan), self.arrays)
         dims = spec.dims
         self._enc_out = graphs.encoder_outputs(dims)
-        self._dec_out = graphs.decoder_outputs(dims)
+        # A plan built from a graph exported before the optional outputs existed lacks them.
+        self._dec_out = [t for t in graphs.decoder_outputs(dims)
+                         if t.name not in graphs.OPTIONAL_OUTPUTS or t.name in self.decoder.dtypes]
+        self.has_attention = graphs.ATTENTION in self.decoder.dtypes
         self._float = self.decoder.dtypes["past_key"].type if "past_key" in self.decoder.dtypes else np.float32
         float_name = np.dtype(self._float).name
         check_io(self.encoder.path.name, self.encoder.io(), graphs.encoder_inputs() + self._enc_out, float_name)
@@ -186,8 +189,10 @@ class TensorRTModel:
         # Decoder outputs are consumed before the next step (log-probs downloaded, K/V scattered into
         # the pool), so one buffer per output, sized for the profile's largest batch x beam, is reused.
         max_batch, max_beam = self.decoder.max_shape("input_ids")
+        max_src = self.decoder.max_shape("src_mask")[1]
         self._dec_buffers = {
-            t.name: self.arrays.empty((int(np.prod(graphs.shape_of(t, {"batch": max_batch, "beam": max_beam}))),),
+            t.name: self.arrays.empty((int(np.prod(graphs.shape_of(t, {"batch": max_batch, "beam": max_beam,
+                                                                        "src_len": max_src}))),),
                                       graphs.resolve_dtype(t, float_name))
             for t in self._dec_out
         }
@@ -212,7 +217,7 @@ class TensorRTModel:
 
         The outputs are views of buffers reused by the next call: consume them first."""
         batch, beam = feeds["input_ids"].shape
-        sizes = {"batch": batch, "beam": beam}
+        sizes = {"batch": batch, "beam": beam, "src_len": feeds["src_mask"].shape[1]}
         bound = {}
         for t in self._dec_out:
             shape = graphs.shape_of(t, sizes)

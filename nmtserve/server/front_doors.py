@@ -58,6 +58,8 @@ class DocumentModel(_FrontDoor):
         # "drop": the export measured that the model does not carry inline placeholders
         # (nmtserve.export.markup), so sentences go without them; "keep" (and older exports): with.
         self.inline_markup = params.get(c.INLINE_MARKUP_PARAMETER, c.INLINE_MARKUP_KEEP)
+        # Older exports serve no alignments: their "drop" drops the inline formatting.
+        self.aligns = params.get(c.ALIGNMENTS_PARAMETER, "0") == "1"
 
     def execute(self, requests: list) -> None:
         for request in requests:
@@ -81,11 +83,23 @@ class DocumentModel(_FrontDoor):
 
         try:
             document = segment(text, fmt, max_chars=self.max_chars) if self.max_chars else segment(text, fmt)
-            sentences = document.without_markup() if self.inline_markup == c.INLINE_MARKUP_DROP else document.sentences
+            # A model that does not carry placeholders gets each sentence without them, and its
+            # alignment puts the inline markup back around the aligned words (documents._align).
+            dropping = self.inline_markup == c.INLINE_MARKUP_DROP
+            aligning = dropping and self.aligns
+            sentences = document.without_markup() if dropping else document.sentences
             translations: list[str] = []
+            alignments: list[str] = []
             for start in range(0, len(sentences), self.chunk):
-                translations += self._sentences(sentences[start:start + self.chunk], start, options)
-            out = document.render(translations).encode("utf-8")
+                part, aligned = self._sentences(sentences[start:start + self.chunk], start, options, aligning)
+                translations += part
+                alignments += aligned
+            if aligning:
+                from ..alignment import parse_pharaoh
+
+                out = document.render_aligned(translations, [parse_pharaoh(a) for a in alignments]).encode("utf-8")
+            else:
+                out = document.render(translations).encode("utf-8")
             response = pb_utils.InferenceResponse(output_tensors=[
                 pb_utils.Tensor(c.TRANSLATION, np.array([out], dtype=np.object_)),
                 pb_utils.Tensor(c.SENTENCES, np.array([len(document.sentences)], dtype=np.int32)),
@@ -99,13 +113,18 @@ class DocumentModel(_FrontDoor):
             response = pb_utils.InferenceResponse(error=stub.error(f"document translation failed: {exc}", invalid=False))
         stub.send_final(sender, response)
 
-    def _sentences(self, sentences: list[str], start: int, options: dict) -> list[str]:
-        """One BLS request to the translate ensemble; its error keeps its status code, with the
-        sentence named by its place in the document instead of in the request."""
+    def _sentences(self, sentences: list[str], start: int, options: dict, align: bool) -> tuple[list[str], list[str]]:
+        """One BLS request to the translate ensemble: the translations and (``align``) their word
+        alignments, else ""s. Its error keeps its status code, with the sentence named by its
+        place in the document instead of in the request."""
         inputs = [pb_utils.Tensor(c.TEXT, np.array([s.encode("utf-8") for s in sentences], dtype=np.object_)),
                   pb_utils.Tensor(c.SPLIT_SENTENCES, np.array([False]))]  # cut already, by the document's rules
         inputs += [pb_utils.Tensor(name, value) for name, value in options.items()]
-        response = pb_utils.InferenceRequest(model_name=self.translate_model, requested_output_names=[c.TRANSLATION],
+        outputs = [c.TRANSLATION]
+        if align:
+            inputs.append(pb_utils.Tensor(c.ALIGN, np.array([True])))
+            outputs.append(c.ALIGNMENT)
+        response = pb_utils.InferenceRequest(model_name=self.translate_model, requested_output_names=outputs,
                                              inputs=inputs).exec()
         if response.has_error():
             error = bls_error(response.error())
@@ -113,7 +132,11 @@ class DocumentModel(_FrontDoor):
                              error.message())
             raise _TranslateFailed(message, error.code())
         out = pb_utils.get_output_tensor_by_name(response, c.TRANSLATION).as_numpy()
-        return [t.decode("utf-8") for t in out.reshape(-1)]
+        translations = [t.decode("utf-8") for t in out.reshape(-1)]
+        if not align:
+            return translations, [""] * len(translations)
+        aligned = pb_utils.get_output_tensor_by_name(response, c.ALIGNMENT).as_numpy()
+        return translations, [a.decode("utf-8") for a in aligned.reshape(-1)]
 
 
 

@@ -105,10 +105,12 @@ def parse_search_options(inputs: Mapping[str, np.ndarray | None], spec: ModelSpe
         raise InputError(f"LENGTH_PENALTY must be a finite number in [-{c.LENGTH_PENALTY_LIMIT:g}, "
                          f"{c.LENGTH_PENALTY_LIMIT:g}], got {penalty}")
     early = parse_bool(c.EARLY_STOPPING, inputs.get(c.EARLY_STOPPING), default=False)
+    align = parse_bool(c.ALIGN, inputs.get(c.ALIGN), default=False)
     if max_length is None:  # the export's length rule
-        return spec.search_options(beam_size=beam, num_hypotheses=nbest, length_penalty=penalty, early_stopping=early)
+        return spec.search_options(beam_size=beam, num_hypotheses=nbest, length_penalty=penalty, early_stopping=early,
+                                   alignment=align)
     return SearchOptions(beam_size=beam, num_hypotheses=nbest, length_penalty=penalty, early_stopping=early,
-                         max_length=max_length)
+                         max_length=max_length, alignment=align)
 
 
 def parse_sources(src: np.ndarray | None, lengths: np.ndarray | None, spec: ModelSpec) -> list[list[int]]:
@@ -370,6 +372,42 @@ def join_pieces(texts: np.ndarray, scores: np.ndarray, counts: np.ndarray | None
     return out, summed
 
 
+def alignments(tokenizer, src: np.ndarray | None, src_len: np.ndarray | None, ids: np.ndarray, lengths: np.ndarray,
+               align: np.ndarray | None, counts: np.ndarray | None, gaps: np.ndarray | None) -> np.ndarray:
+    """ALIGNMENT [n]: per TEXT element, its best translation's word alignment in the Pharaoh
+    format (``nmtserve.alignment``), its sentences' pairs shifted by the words before them (the
+    gaps between sentences hold words only where the text had some between them); all "" when
+    the request did not ask (``align`` empty) or the source ids did not come along."""
+    from ..alignment import ends_in_apostrophe, format_pharaoh, piece_words, shift, word_alignment
+
+    m = ids.shape[0]
+    n = m if counts is None else counts.size
+    out = np.full(n, b"", dtype=np.object_)
+    if (align is None or align.ndim != 3 or align.shape[:2] != ids.shape[:2] or align.shape[2] == 0 or src is None
+            or src_len is None or src.shape[0] != m or src_len.shape != (m,) or not hasattr(tokenizer, "source_pieces")):
+        return out
+    spaces = [""] * (m + n) if gaps is None else [g.decode("utf-8") if isinstance(g, bytes) else str(g) for g in gaps]
+    per_element = [1] * m if counts is None else counts.tolist()
+    row = gap = 0
+    for i, count in enumerate(per_element):
+        pairs: list[tuple[int, int]] = []
+        s_off = t_off = len(spaces[gap].split())
+        for r in range(row, row + count):
+            s_words = piece_words(tokenizer.source_pieces(src[r, : int(src_len[r])].tolist()))
+            n_ids = int(lengths[r, 0]) if lengths.shape[1] else 0
+            t_pieces = tokenizer.target_pieces(ids[r, 0, :n_ids].tolist())
+            t_words = piece_words(t_pieces)
+            pairs += shift(word_alignment(s_words, t_words, align[r, 0, :n_ids].tolist(), ends_in_apostrophe(t_pieces)),
+                           s_off, t_off)
+            between = len(spaces[gap + r - row + 1].split())
+            s_off += max(s_words, default=-1) + 1 + between
+            t_off += max(t_words, default=-1) + 1 + between
+        out[i] = format_pharaoh(pairs).encode("utf-8")
+        row += count
+        gap += count + 1
+    return out
+
+
 def _prefix_ids(tokenizer, text: str, language: str | None) -> list[int]:
     """A target prefix's tokens, without the specials a target sentence carries."""
     if language is not None:  # a multilingual tokenizer: the text's pieces alone
@@ -403,9 +441,12 @@ def parse_prefixes(forced: np.ndarray | None, lengths: np.ndarray | None, prompt
 
 
 def results_to_arrays(results: Sequence[Sequence[Hypothesis]], k: int, pad_id: int) -> dict[str, np.ndarray]:
-    """n-best lists -> OUT_IDS [n, k, T] (EOS kept; detokenize stops at it), OUT_LEN, OUT_SCORE."""
+    """n-best lists -> OUT_IDS [n, k, T] (EOS kept; detokenize stops at it), OUT_LEN, OUT_SCORE,
+    OUT_ALIGN [n, k, T] (each token's source position; [n, k, 0] when no hypothesis has one)."""
     n = len(results)
     width = max((len(h.tokens) for hyps in results for h in hyps), default=1) or 1
+    aligned = any(h.alignment is not None for hyps in results for h in hyps)
+    align = np.full((n, k, width if aligned else 0), -1, dtype=np.int32)
     ids = np.full((n, k, width), pad_id, dtype=np.int32)
     lengths = np.zeros((n, k), dtype=np.int32)
     scores = np.full((n, k), -np.inf, dtype=np.float32)
@@ -415,7 +456,9 @@ def results_to_arrays(results: Sequence[Sequence[Hypothesis]], k: int, pad_id: i
             ids[i, j, : len(toks)] = toks
             lengths[i, j] = len(toks)
             scores[i, j] = h.score
-    return {c.OUT_IDS: ids, c.OUT_LEN: lengths, c.OUT_SCORE: scores}
+            if aligned and h.alignment is not None:
+                align[i, j, : len(h.alignment)] = h.alignment
+    return {c.OUT_IDS: ids, c.OUT_LEN: lengths, c.OUT_SCORE: scores, c.OUT_ALIGN: align}
 
 
 def choose_pair(pairs: tuple[str, ...], source: str | None, target: str | None) -> str:

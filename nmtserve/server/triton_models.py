@@ -29,6 +29,7 @@ from . import drain as drain_handshake
 from . import stub
 from .protocol import (
     InputError,
+    alignments,
     decode_strings,
     decode_texts,
     join_pieces,
@@ -147,7 +148,11 @@ class DetokenizeModel:
             best = scores[:, 0].astype(np.float32) if k else np.zeros(m, dtype=np.float32)
             try:
                 lowest = _lowest_per_element(best, counts)
-                texts, scores = join_pieces(texts, scores, counts, stub.input_array(request, c.GAPS))
+                gaps = stub.input_array(request, c.GAPS)
+                texts, scores = join_pieces(texts, scores, counts, gaps)
+                aligned = alignments(self.tokenizer, stub.input_array(request, c.SRC_IDS),
+                                     stub.input_array(request, c.SRC_LEN), ids, lengths,
+                                     stub.input_array(request, c.OUT_ALIGN), counts, gaps)
             except InputError as exc:
                 out.append(pb_utils.InferenceResponse(error=stub.error(str(exc))))
                 continue
@@ -161,6 +166,7 @@ class DetokenizeModel:
                 pb_utils.Tensor(c.NBEST_TRANSLATION, texts),
                 pb_utils.Tensor(c.NBEST_SCORE, scores),
                 pb_utils.Tensor(c.CUTS, cuts.astype(np.int32)),
+                pb_utils.Tensor(c.ALIGNMENT, aligned),
             ]))
         return out
 
