@@ -138,15 +138,11 @@ def place(slot: _Slot, translation: str, alignment: Sequence[tuple[int, int]]) -
         head = lead.group() if lead and lead.end() < len(word) else ""
         tail = trail.group() if trail and trail.start() > len(head) else ""
         core = word[len(head): len(word) - len(tail)]
-        opens = "".join(m for m, _ in before[i])
-        inner_opens = "".join(m for m, bare in before[i] if bare and head)
+        # A marker goes inside the word's edge punctuation only when its source edge had none.
         outer_opens = "".join(m for m, bare in before[i] if not (bare and head))
-        closes_inner = "".join(m for m, bare in after[i] if bare and tail)
-        closes_outer = "".join(m for m, bare in after[i] if not (bare and tail))
-        if head:
-            text = outer_opens + head + inner_opens + core
-        else:
-            text = opens + core
-        text += closes_inner + tail + closes_outer if tail else closes_outer + closes_inner
+        inner_opens = "".join(m for m, bare in before[i] if bare and head)
+        inner_closes = "".join(m for m, bare in after[i] if bare and tail)
+        outer_closes = "".join(m for m, bare in after[i] if not (bare and tail))
+        text = outer_opens + head + inner_opens + core + inner_closes + tail + outer_closes
         out.append(text)
     return " ".join(out)
