@@ -183,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--early-stopping", action="store_true",
                    help="stop each sentence's beam search once --beam-size hypotheses have finished (as CTranslate2 "
                         "does): fewer decoding steps; a few translations differ from the default rule's")
+    p.add_argument("--align", action="store_true",
+                   help="with --json: each record's word alignment to its line, \"alignment\": [[source word, target "
+                        "word], ...] counted from 0 over the whitespace-separated words (the contract's ALIGNMENT)")
     p.add_argument("--no-split-sentences", action="store_true",
                    help="send each line to the model whole; by default the server translates a line of several "
                         "sentences sentence by sentence and joins them with the line's own spacing")

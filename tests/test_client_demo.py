@@ -66,3 +66,25 @@ def test_single_string_and_nbest(demo_server, unique):
         assert [h.text for h in nbest.hypotheses][0] == unique[text] and len(nbest.hypotheses) == 3
         plausible = client.translate([text], num_hypotheses=3)[0].hypotheses  # nmtserve.alternatives
         assert plausible[0] == nbest.hypotheses[0] and all(h in nbest.hypotheses for h in plausible)
+
+
+def test_alignments_through_the_library_and_the_cli(demo_server):
+    """``alignment=True`` / ``--json --align``: each translation's word pairs with its input (the
+    served ALIGNMENT), a blank line's empty; ``--align`` alone is a usage error naming --json."""
+    import json
+
+    with Translator(demo_server.urls.grpc_address) as client:
+        done = client.translate(["I have three red apples.", ""], alignment=True)
+        plain = client.translate("I have three red apples.")
+    assert done[0].text == "J'ai trois pommes rouges."
+    assert done[0].alignment == [(0, 0), (1, 0), (2, 1), (4, 2), (3, 3)]
+    assert done[1].alignment == []
+    assert plain.alignment is None
+    command = [sys.executable, "-m", "nmtserve.cli", "translate", "--url", demo_server.urls.grpc_address]
+    proc = subprocess.run([*command, "--json", "--align"], input="I have three red apples.\n", capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["alignment"] == [[0, 0], [1, 0], [2, 1], [4, 2], [3, 3]]
+    proc = subprocess.run([*command, "--align"], input="I have three red apples.\n", capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and "--json" in proc.stderr

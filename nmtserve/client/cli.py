@@ -140,6 +140,8 @@ def format_line(source: str, translation: Translation, as_json: bool) -> str:
         record["error"] = translation.error.message
     if translation.warning:
         record["warning"] = translation.warning
+    if translation.alignment is not None:
+        record["alignment"] = [list(pair) for pair in translation.alignment]
     if translation.hypotheses is not None:
         record["nbest"] = [
             {"translation": h.text, "score": h.score} for h in translation.hypotheses
@@ -186,13 +188,16 @@ def _options(args: argparse.Namespace) -> tuple[Options, dict[str, Any]]:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
     if not args.timeout > 0:
         raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    if getattr(args, "align", False) and not args.json and not getattr(args, "document", False):
+        raise UsageError("--align writes each line's alignment into its --json record: add --json")
     try:
         options = Options(args.beam_size, args.max_length, args.length_penalty, args.nbest,
                           getattr(args, "source_lang", None), getattr(args, "target_lang", None),
                           getattr(args, "target_prefix", None), not getattr(args, "no_split_sentences", False),
                           True if getattr(args, "early_stopping", False) else None,
                           # --all-hypotheses (nmtserve/cli.py): the n-best unfiltered
-                          bool(getattr(args, "all_hypotheses", False)))
+                          bool(getattr(args, "all_hypotheses", False)),
+                          alignment=bool(getattr(args, "align", False)))
     except InvalidInputError as exc:
         # Name the flags the user typed, not the library's parameters.
         message = str(exc)
@@ -367,8 +372,9 @@ def list_languages(args: argparse.Namespace, stdout: TextIO | None = None, stder
 def _translate_document(
     translator: Translator, options: Options, args: argparse.Namespace, stdin: TextIO, stdout: TextIO
 ) -> int:
-    if options.nbest or args.json or options.target_prefix is not None:
-        raise UsageError("--document writes the translated document: --nbest, --json and --target-prefix do not apply")
+    if options.nbest or args.json or options.target_prefix is not None or options.alignment:
+        raise UsageError("--document writes the translated document: --nbest, --json, --align and --target-prefix "
+                         "do not apply")
     target_lang = options.target_lang if isinstance(options.target_lang, str) or options.target_lang is None else None
     if args.files:
         parts = []
