@@ -378,7 +378,7 @@ def alignments(tokenizer, src: np.ndarray | None, src_len: np.ndarray | None, id
     format (``nmtserve.alignment``), its sentences' pairs shifted by the words before them (the
     gaps between sentences hold words only where the text had some between them); all "" when
     the request did not ask (``align`` empty) or the source ids did not come along."""
-    from ..alignment import ends_in_apostrophe, format_pharaoh, piece_words, shift, word_alignment
+    from ..alignment import format_pharaoh, piece_words, shift, word_alignment
 
     m = ids.shape[0]
     n = m if counts is None else counts.size
@@ -397,8 +397,7 @@ def alignments(tokenizer, src: np.ndarray | None, src_len: np.ndarray | None, id
             n_ids = int(lengths[r, 0]) if lengths.shape[1] else 0
             t_pieces = tokenizer.target_pieces(ids[r, 0, :n_ids].tolist())
             t_words = piece_words(t_pieces)
-            pairs += shift(word_alignment(s_words, t_words, align[r, 0, :n_ids].tolist(), ends_in_apostrophe(t_pieces)),
-                           s_off, t_off)
+            pairs += shift(word_alignment(s_words, t_pieces, align[r, 0, :n_ids].tolist()), s_off, t_off)
             between = len(spaces[gap + r - row + 1].split())
             s_off += max(s_words, default=-1) + 1 + between
             t_off += max(t_words, default=-1) + 1 + between
