@@ -392,7 +392,8 @@ def test_a_few_rows_step_row_by_row_equals_the_vectorized_step(seed):
         options = SearchOptions(beam_size=k, length_penalty=float(rng.choice([0.0, 0.6, 1.0, 1.3])),
                                 early_stopping=[False, True, "never"][int(rng.integers(0, 3))],
                                 min_length=int(rng.integers(0, 3)), max_length=int(rng.integers(3, 16)),
-                                num_hypotheses=int(rng.integers(1, k + 1)), patience=float(rng.choice([1.0, 1.5])))
+                                num_hypotheses=int(rng.integers(1, k + 1)), patience=float(rng.choice([1.0, 1.5])),
+                                alignment=bool(rng.random() < 0.5))
         for batch in (few, vec):
             batch.add(options, 5, prefix)
 
@@ -407,12 +408,16 @@ def test_a_few_rows_step_row_by_row_equals_the_vectorized_step(seed):
         values[rng.random(values.shape) < 0.05] = -np.inf
         tokens = np.stack([rng.permutation(vocab)[:m] for _ in range(b * k)]).reshape(b, k, m)
         values[(tokens == eos) & (rng.random(values.shape) < 0.5)] = 0.0  # EOS often best: pools fill up
-        few.advance(Candidates(values, tokens, vocab))
-        vec.advance(Candidates(values, tokens, vocab))
+        attention = rng.integers(0, 5, (b, k)) if few.wants_attention else None  # each beam's source position
+        few.advance(Candidates(values, tokens, vocab), attention)
+        vec.advance(Candidates(values, tokens, vocab), attention)
         for name in _ROW_ARRAYS:
             np.testing.assert_array_equal(getattr(few, name)[:b], getattr(vec, name)[:b], err_msg=f"{name}, step {steps}")
-        assert [[(h.tokens, h.score, h.sum_logprobs) for h in p.hyps] for p in few.pools] == \
-               [[(h.tokens, h.score, h.sum_logprobs) for h in p.hyps] for p in vec.pools]
+        assert [[(h.tokens, h.score, h.sum_logprobs, h.alignment) for h in p.hyps] for p in few.pools] == \
+               [[(h.tokens, h.score, h.sum_logprobs, h.alignment) for h in p.hyps] for p in vec.pools]
+        for opts, pool in zip(few.options, few.pools, strict=True):  # one source position per token, when asked
+            assert all((h.alignment is None) != opts.alignment and len(h.alignment or h.tokens) == len(h.tokens)
+                       for h in pool.hyps)
         keep = np.flatnonzero(~few.done[:b])
         for batch in (few, vec):
             batch.reorder(keep)
