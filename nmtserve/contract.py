@@ -49,8 +49,8 @@ CUTS = "CUTS"
 WARNING = "WARNING"
 # [n] string out: with ALIGN, the best translation's word alignment to TEXT[i] in the Pharaoh format
 # ("0-0 1-2 2-1": source word - target word, each counted from 0 in the whitespace-separated words
-# of TEXT[i] and of TRANSLATION[i]); every target word once, aligned to the source word its first
-# token attended to most; "" without ALIGN
+# of TEXT[i] and of TRANSLATION[i]); each target word once, aligned to the source word its first
+# token attended to most (none when that was the end-of-sentence or a language token); "" without ALIGN
 ALIGNMENT = "ALIGNMENT"
 
 # -- between the ensemble's steps (and for callers of `generate` with their own ids)

@@ -240,6 +240,21 @@ def test_missing_and_unknown_language_codes_are_invalid_arguments_naming_them(se
         assert client.translate(TEXTS[0], source_lang=source, target_lang=first, max_length=MAX_NEW).text
 
 
+def test_alignments_count_the_words_of_the_text_and_of_its_translation(served):
+    """ALIGN on a multilingual model: pairs of words of the source and of the translation, none past
+    either's end (the tiny random model's attention often peaks on the language token or EOS:
+    such a word has no pair; every word with one is counted once)."""
+    family, model, tok, server = served
+    source, first, second = FAMILIES[family][4]
+    with Translator(server.urls.grpc_address) as client:
+        done = client.translate(TEXTS, source_lang=source, target_lang=first, max_length=MAX_NEW, alignment=True)
+    assert any(t.alignment for t in done)
+    for text, t in zip(TEXTS, done, strict=True):
+        assert all(0 <= s < len(text.split()) and 0 <= w < len(t.text.split()) for s, w in t.alignment), (text, t)
+        targets = [w for _, w in t.alignment]
+        assert len(targets) == len(set(targets)), (t.text, t.alignment)  # no elision in these texts
+
+
 def test_a_document_goes_into_the_language_asked_for(served):
     family, model, tok, server = served
     source, first, second = FAMILIES[family][4]

@@ -380,6 +380,7 @@ class _Backend(Protocol):
     def ids(self, text: str) -> list[int]: ...
     def text(self, ids: Sequence[int]) -> str: ...
     def token_id(self, token: str) -> int | None: ...
+    def piece(self, i: int) -> str | None: ...
     @property
     def max_id(self) -> int: ...
 
@@ -416,6 +417,11 @@ class _TokenizersBackend:
 
     def token_id(self, token: str) -> int | None:
         return self.tokenizer.token_to_id(token)
+
+    def piece(self, i: int) -> str | None:
+        """The vocabulary entry of ``i`` ("▁maison"); None for an added special token."""
+        added = self.tokenizer.get_added_tokens_decoder().get(i)
+        return None if added is not None and added.special else self.tokenizer.id_to_token(i)
 
     @property
     def max_id(self) -> int:
@@ -531,6 +537,10 @@ class _M2M100Backend:
         if token in self.added_ids or token in self.language_set_ids or token in self.encoder:
             return self._id(token)
         return None
+
+    def piece(self, i: int) -> str | None:
+        """The sentencepiece piece of ``i``; None for an added or special token."""
+        return None if i in self.added or i in self.special_ids else self.decoder.get(i)
 
     @property
     def max_id(self) -> int:
@@ -661,6 +671,13 @@ class MultilingualTokenizer:
         lang = self.language_id(source_lang)
         ids = self._backend.ids(text)
         return [*ids, self.eos_id, lang] if self.legacy_layout else [lang, *ids, self.eos_id]
+
+    def source_pieces(self, ids: Iterable[int]) -> list[str | None]:
+        """Each id's piece, None for the special and language tokens (``nmtserve.alignment``)."""
+        specials = {self.pad_id, self.bos_id, self.eos_id, self.unk_id, *self._language_ids}
+        return [None if int(i) in specials else self._backend.piece(int(i)) for i in ids]
+
+    target_pieces = source_pieces  # one vocabulary
 
     def decode(self, ids: Iterable[int]) -> str:
         """transformers' ``decode(ids, skip_special_tokens=True)``: special tokens (decoder start,
