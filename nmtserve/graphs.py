@@ -10,7 +10,7 @@ Integer inputs are int32 (what TensorRT prefers); masks are bool, True = real.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -104,6 +104,12 @@ def decoder_outputs(d: Dims) -> list[Tensor]:
         # only when a sentence asks for them; graphs exported before it lack it (``OPTIONAL_OUTPUTS``).
         Tensor(ATTENTION, "float", ("batch", "beam", "src_len")),
     ]
+
+
+def served_decoder_outputs(d: Dims, present: Container[str]) -> list[Tensor]:
+    """``decoder_outputs`` of a graph or plan whose outputs are ``present``: the optional ones it
+    lacks (exported before them) left out."""
+    return [t for t in decoder_outputs(d) if t.name not in OPTIONAL_OUTPUTS or t.name in present]
 
 
 def decoder_feeds(*, input_ids, position, past_key, past_value, cache_rows, past_mask, memory_keys: Sequence,

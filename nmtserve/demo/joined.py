@@ -165,8 +165,7 @@ def _statement(rng: random.Random) -> tuple[str, str]:
     elif draw < 0.85:
         return _price_statement(rng)
     else:
-        en, fr = _dated(rng)
-        return en, fr
+        return _dated(rng)
     return corpus._capitalise(en), corpus._capitalise(fr)
 
 

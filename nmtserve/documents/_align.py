@@ -89,7 +89,7 @@ def place(slot: _Slot, translation: str, alignment: Sequence[tuple[int, int]]) -
     """``translation`` (of ``slot``'s sentence without placeholders) with the slot's placeholders
     written around the words ``alignment`` (source word, target word) maps them to."""
     target = translation.split()
-    words, pairs, atomic = source_layout(slot)
+    _, pairs, atomic = source_layout(slot)
     if not target or not (pairs or atomic):
         return " ".join(target)
     to_target: dict[int, list[int]] = {}

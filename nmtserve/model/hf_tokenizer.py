@@ -407,6 +407,7 @@ class _TokenizersBackend:
             or bool(options.get("clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output")))
         vocab = tokenizer.get_vocab(with_added_tokens=True)
         self._max_id = max(vocab.values())
+        self._special = frozenset(i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special)
 
     def ids(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
@@ -420,8 +421,7 @@ class _TokenizersBackend:
 
     def piece(self, i: int) -> str | None:
         """The vocabulary entry of ``i`` ("▁maison"); None for an added special token."""
-        added = self.tokenizer.get_added_tokens_decoder().get(i)
-        return None if added is not None and added.special else self.tokenizer.id_to_token(i)
+        return None if i in self._special else self.tokenizer.id_to_token(i)
 
     @property
     def max_id(self) -> int:
@@ -562,6 +562,8 @@ class MultilingualTokenizer:
         self.pad_id, self.bos_id, self.eos_id, self.unk_id = (
             specials["pad"], specials["bos"], specials["eos"], specials["unk"])
         self.vocab_size = max([backend.max_id, *self._language_ids]) + 1
+        # Ids with no piece of text (``source_pieces``): the specials and the language tokens.
+        self._no_piece = frozenset({self.pad_id, self.bos_id, self.eos_id, self.unk_id, *self._language_ids})
         self.legacy_layout = legacy_layout
         self._files = list(dict.fromkeys(files))
 
@@ -674,8 +676,7 @@ class MultilingualTokenizer:
 
     def source_pieces(self, ids: Iterable[int]) -> list[str | None]:
         """Each id's piece, None for the special and language tokens (``nmtserve.alignment``)."""
-        specials = {self.pad_id, self.bos_id, self.eos_id, self.unk_id, *self._language_ids}
-        return [None if int(i) in specials else self._backend.piece(int(i)) for i in ids]
+        return [None if int(i) in self._no_piece else self._backend.piece(int(i)) for i in ids]
 
     target_pieces = source_pieces  # one vocabulary
 

@@ -158,7 +158,7 @@ class OnnxBoundModel(OnnxModel):
         self.arrays = arrays
         dims = spec.dims
         self._enc_tensors = graphs.encoder_outputs(dims)
-        self._dec_tensors = [t for t in graphs.decoder_outputs(dims) if t.name != graphs.ATTENTION or self.has_attention]
+        self._dec_tensors = graphs.served_decoder_outputs(dims, {o.name for o in self.decoder.get_outputs()})
 
     def _run(self, session: ort.InferenceSession, feeds: dict, outputs: list[graphs.Tensor], sizes: dict[str, int]) -> dict:
         arrays = self.arrays

@@ -178,9 +178,7 @@ class TensorRTModel:
         self.decoder = _Plan(trt, self._runtime, Path(decoder_plan), self.arrays)
         dims = spec.dims
         self._enc_out = graphs.encoder_outputs(dims)
-        # A plan built from a graph exported before the optional outputs existed lacks them.
-        self._dec_out = [t for t in graphs.decoder_outputs(dims)
-                         if t.name not in graphs.OPTIONAL_OUTPUTS or t.name in self.decoder.dtypes]
+        self._dec_out = graphs.served_decoder_outputs(dims, self.decoder.dtypes)
         self.has_attention = graphs.ATTENTION in self.decoder.dtypes
         self._float = self.decoder.dtypes["past_key"].type if "past_key" in self.decoder.dtypes else np.float32
         float_name = np.dtype(self._float).name

@@ -354,7 +354,7 @@ def join_pieces(texts: np.ndarray, scores: np.ndarray, counts: np.ndarray | None
         raise InputError(f"{c.PIECES} [n] and {c.GAPS} [m + n] go together")
     if counts.min(initial=1) < 1 or int(counts.sum()) != m or gaps.size != m + counts.size:
         raise InputError(f"{c.PIECES} must add up to the {m} rows and {c.GAPS} hold {m} + {counts.size} strings")
-    spaces = [g.decode("utf-8") if isinstance(g, bytes) else str(g) for g in gaps]
+    spaces = _gap_texts(gaps)
     n = counts.size
     out = np.empty((n, k), dtype=np.object_)
     summed = np.zeros((n, k), dtype=np.float32)
@@ -372,6 +372,11 @@ def join_pieces(texts: np.ndarray, scores: np.ndarray, counts: np.ndarray | None
     return out, summed
 
 
+def _gap_texts(gaps: np.ndarray) -> list[str]:
+    """GAPS as text (tokenize's layout: the text around each element's sentences)."""
+    return [g.decode("utf-8") if isinstance(g, bytes) else str(g) for g in gaps]
+
+
 def alignments(tokenizer, src: np.ndarray | None, src_len: np.ndarray | None, ids: np.ndarray, lengths: np.ndarray,
                align: np.ndarray | None, counts: np.ndarray | None, gaps: np.ndarray | None) -> np.ndarray:
     """ALIGNMENT [n]: per TEXT element, its best translation's word alignment in the Pharaoh
@@ -386,7 +391,7 @@ def alignments(tokenizer, src: np.ndarray | None, src_len: np.ndarray | None, id
     if (align is None or align.ndim != 3 or align.shape[:2] != ids.shape[:2] or align.shape[2] == 0 or src is None
             or src_len is None or src.shape[0] != m or src_len.shape != (m,) or not hasattr(tokenizer, "source_pieces")):
         return out
-    spaces = [""] * (m + n) if gaps is None else [g.decode("utf-8") if isinstance(g, bytes) else str(g) for g in gaps]
+    spaces = [""] * (m + n) if gaps is None else _gap_texts(gaps)
     per_element = [1] * m if counts is None else counts.tolist()
     row = gap = 0
     for i, count in enumerate(per_element):
