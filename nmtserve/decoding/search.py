@@ -34,6 +34,15 @@ more covers a masked EOS), and ties keep the same order (lower beam, then lower 
 as a tie at a hypothesis' cut-off kept its lower ids (ONNX TopK's rule).
 
 ``patience`` is CTranslate2's: 1.0 is the transformers rule; larger values search longer.
+
+``rule`` picks whose beam search this is, so that an imported model decodes as its toolkit did
+(``RULES``): "transformers" (the rules above); "fairseq" (``SequenceGenerator``: as transformers
+with ``early_stopping=True``, K finished at most, first come, and at the maximum length every
+hypothesis ends with EOS, its log-probability added: on ``Candidates``, where EOS is among a
+hypothesis' candidates, else it ends as transformers' rule ends it); "opennmt" (OpenNMT-py's and eole's ``BeamSearch``: a step keeps only
+its top ``K`` candidates, those ending in EOS finish and the others run on, so fewer than ``K``
+beams may run; a sentence is done once a step's best candidate ended in EOS and
+``num_hypotheses`` have finished).
 Finished sentences leave the running batch at once, so the step model computes only live rows.
 """
 
@@ -51,6 +60,10 @@ from .. import defaults
 # transformers starts beams 1..K-1 at -1e9 so the first step expands beam 0 only; a finite
 # value keeps degenerate tiny vocabularies (V < 2K) well defined.
 _INITIAL_OTHER_BEAMS = -1e9
+
+# Whose beam search (see the module's text); the index is what ``BeamBatch.rule`` holds per row.
+RULES = ("transformers", "fairseq", "opennmt")
+_FAIRSEQ, _OPENNMT = RULES.index("fairseq"), RULES.index("opennmt")
 
 
 @dataclass(frozen=True)
@@ -110,9 +123,12 @@ class SearchOptions:
     # Each hypothesis' source position per generated token (``Hypothesis.alignment``): the step's
     # ``attention`` (the decoder's cross-attention, argmax over the source) carried with the beams.
     alignment: bool = False
+    rule: str = "transformers"  # RULES
 
     def __post_init__(self) -> None:
         problems = []
+        if self.rule not in RULES:
+            problems.append(f"rule must be one of {', '.join(RULES)}, got {self.rule!r}")
         if self.beam_size < 1:
             problems.append(f"beam_size must be >= 1, got {self.beam_size}")
         if not 1 <= self.num_hypotheses <= self.beam_size:
@@ -193,7 +209,7 @@ def _topk_desc(scores: np.ndarray, k: int) -> np.ndarray:
 _EARLY_STOPPING = {False: 0, True: 1, "never": 2}
 _ROW_ARRAYS = ("scores", "tokens", "parents", "t", "max_len", "min_len", "penalty", "stopping",
                "pool_size", "pool_capacity", "pool_worst", "done", "sequences", "forced", "n_forced", "prompt",
-               "aligned", "align")
+               "aligned", "align", "rule", "top_finished")
 
 
 class BeamBatch:
@@ -232,6 +248,8 @@ class BeamBatch:
     prompt: np.ndarray
     aligned: np.ndarray  # (capacity, K, T): each beam's source position per token (rows with ``align``)
     align: np.ndarray  # (capacity,) bool: the row's options ask for alignments
+    rule: np.ndarray  # (capacity,) int8: the row's RULES index
+    top_finished: np.ndarray  # (capacity,) bool: "opennmt": a step's best candidate has ended in EOS
 
     # Up to this many rows, ``advance`` of ``Candidates`` runs row by row in Python
     # (``_advance_few``): the ~60 NumPy calls of a vectorized step cost ~0.15 ms whatever the
@@ -261,6 +279,7 @@ class BeamBatch:
             "forced": np.zeros((capacity, t), np.int32), "n_forced": np.zeros(capacity, np.int64),
             "prompt": np.zeros(capacity, np.int64),
             "aligned": np.zeros((capacity, k, t), np.int16), "align": np.zeros(capacity, bool),
+            "rule": np.zeros(capacity, np.int8), "top_finished": np.zeros(capacity, bool),
         }
         for name, array in fresh.items():
             if b:
@@ -300,11 +319,16 @@ class BeamBatch:
         self.t[row], self.max_len[row], self.min_len[row] = 0, max_len, options.min_length + prefix.prompt
         self.forced[row, : len(prefix.tokens)] = prefix.tokens
         self.n_forced[row], self.prompt[row] = len(prefix.tokens), prefix.prompt
-        self.penalty[row], self.stopping[row] = options.length_penalty, _EARLY_STOPPING[options.early_stopping]
-        self.align[row] = options.alignment
-        self.pool_size[row], self.pool_capacity[row], self.pool_worst[row] = 0, options.n_finished, -np.inf
+        rule = RULES.index(options.rule)
+        self.penalty[row] = options.length_penalty
+        self.stopping[row] = _EARLY_STOPPING[True if options.rule == "fairseq" else options.early_stopping]
+        self.align[row], self.rule[row], self.top_finished[row] = options.alignment, rule, False
+        # "opennmt": done once a step's best candidate finished and num_hypotheses have (the pool
+        # keeps the best K, so its best num_hypotheses are the toolkit's).
+        capacity = options.num_hypotheses if options.rule == "opennmt" else options.n_finished
+        self.pool_size[row], self.pool_capacity[row], self.pool_worst[row] = 0, capacity, -np.inf
         self.done[row] = False
-        self.pools.append(_Finished(options.n_finished))
+        self.pools.append(_Finished(max(options.n_finished, capacity)))
         self.options.append(options)
         self.size += 1
         return row
@@ -350,6 +374,11 @@ class BeamBatch:
             tokens = np.asarray(log_probs.tokens, dtype=np.int64)
             if no_eos.any():
                 values = np.where(no_eos[:, None, None] & (tokens == eos), -np.inf, values)
+            only_eos = self._eos_forced()
+            if only_eos.any():  # "fairseq" at its last step: EOS or nothing (where EOS is a candidate)
+                is_eos = tokens == eos
+                keep = ~only_eos[:, None, None] | is_eos | ~is_eos.any(axis=2, keepdims=True)
+                values = np.where(keep, values, -np.inf)
             cand = (scores[:, :, None] + values).reshape(b, -1)
             flat = (np.arange(k)[None, :, None] * vocab + tokens).reshape(b, -1)  # index in the (K, V) layout
             order = np.lexsort((flat, -cand), axis=1)[:, : 2 * k]
@@ -358,13 +387,20 @@ class BeamBatch:
         else:
             log_probs = np.asarray(log_probs, dtype=np.float64)
             vocab = log_probs.shape[2]
-            if no_eos.any():
+            only_eos = self._eos_forced()
+            if no_eos.any() or only_eos.any():
                 log_probs = log_probs.copy()
                 log_probs[no_eos, :, eos] = -np.inf
+                eos_scores = log_probs[only_eos, :, eos]
+                log_probs[only_eos] = -np.inf
+                log_probs[only_eos, :, eos] = eos_scores
             cand = (scores[:, :, None] + log_probs).reshape(b, k * vocab)
             top = _topk_desc(cand, 2 * k)  # (b, 2K)
             top_scores = np.take_along_axis(cand, top, axis=1)
         top_beam, top_token = top // vocab, top % vocab
+        opennmt = self.rule[:b] == _OPENNMT
+        if opennmt.any():  # OpenNMT keeps its top K candidates only
+            top_scores[opennmt, k:] = -np.inf
         forcing = np.flatnonzero(self.t[:b] < self.n_forced[:b])
         if len(forcing):
             self._force(forcing, top_beam, top_token, top_scores)
@@ -415,7 +451,13 @@ class BeamBatch:
             self.aligned[:b, :, :width] = self.aligned[:b, :, :width][rows, parents]
             self.aligned[rows[:, 0], :, t] = self._attention[rows, parents]
         self.tokens[:b], self.parents[:b], self.scores[:b], self.t[:b] = tokens, parents, scores, gen_len
+        self.top_finished[:b] |= is_eos[:, 0] & (top_scores[:, 0] > -np.inf)
         self.done[:b] = at_max | self._cannot_improve(scores[:, 0], counted)
+
+    def _eos_forced(self) -> np.ndarray:
+        """Rows of the "fairseq" rule at their last step, where only EOS may follow (b,)."""
+        b = self.size
+        return (self.rule[:b] == _FAIRSEQ) & (self.t[:b] + 1 >= self.max_len[:b])
 
     def _finish(self, finishing, top_beam, top_token, top_scores, counted) -> None:
         for row, col in zip(*np.nonzero(finishing), strict=True):  # row-major: rank order per sentence
@@ -424,6 +466,8 @@ class BeamBatch:
 
     def _finish_one(self, row: int, beam: int, token: int, score: float, counted: int) -> None:
         pool = self.pools[row]
+        if int(self.rule[row]) == _FAIRSEQ and len(pool.hyps) >= pool.capacity:
+            return  # fairseq finalizes the first K, in rank order, and no more
         alignment = None
         if self.align[row] and self._attention is not None:
             t = int(self.t[row])
@@ -444,14 +488,20 @@ class BeamBatch:
         for row in range(b):
             t = t_all[row]
             no_eos = t < int(self.min_len[row])
+            rule = int(self.rule[row])
+            only_eos = rule == _FAIRSEQ and t + 1 >= int(self.max_len[row])
             running = self.scores[row].tolist()
             ranked = []
             for beam in range(k):
                 base, score = beam * vocab, running[beam]
+                forced = only_eos and eos in ids[row][beam]
                 for value, token in zip(values[row][beam], ids[row][beam], strict=True):
-                    ranked.append((-(score + (-inf if no_eos and token == eos else value)), base + token))
+                    banned = (no_eos and token == eos) or (forced and token != eos)
+                    ranked.append((-(score + (-inf if banned else value)), base + token))
             ranked.sort()
             ranked = ranked[: 2 * k]
+            if rule == _OPENNMT:
+                ranked = [(c if j < k else inf, f) for j, (c, f) in enumerate(ranked)]
             top_scores = [-c for c, _ in ranked]
             top_beam = [f // vocab for _, f in ranked]
             top_token = [f % vocab for _, f in ranked]
@@ -477,12 +527,16 @@ class BeamBatch:
                 self.aligned[row, :, :width] = self.aligned[row, parents, :width]
                 self.aligned[row, :, t] = self._attention[row, parents]
             self.tokens[row], self.parents[row], self.scores[row], self.t[row] = tokens, parents, scores, gen_len
+            if top_token and top_token[0] == eos and top_scores[0] > -inf:
+                self.top_finished[row] = True
             self.done[row] = at_max or self._cannot_improve_one(row, scores[0], counted)
 
     def _cannot_improve_one(self, row: int, best_running: float, counted: int) -> bool:
         """``_cannot_improve`` of one row."""
         if int(self.pool_size[row]) < int(self.pool_capacity[row]):
             return False
+        if int(self.rule[row]) == _OPENNMT:
+            return bool(self.top_finished[row])
         stopping, penalty = int(self.stopping[row]), float(self.penalty[row])
         if stopping == 1:
             return True
@@ -499,7 +553,8 @@ class BeamBatch:
         length = np.where((stopping == 2) & (penalty > 0), self.max_len[:b] - self.prompt[:b],
                           counted).astype(np.float64)
         bound = best_running / length**penalty  # lengths >= 1: finite, or -inf for a dead beam
-        return full & ((stopping == 1) | (bound <= self.pool_worst[:b]))
+        opennmt = self.rule[:b] == _OPENNMT
+        return full & np.where(opennmt, self.top_finished[:b], (stopping == 1) | (bound <= self.pool_worst[:b]))
 
 
 def beam_search(

@@ -42,6 +42,10 @@ class ModelSpec:
     length_penalty: float = 1.0
     max_length_a: float = 2.0
     max_length_b: int = 10
+    # The toolkit whose beam search a request gets (SearchOptions.rule: an imported model decodes
+    # as its toolkit did) and the fewest tokens generated before EOS may end a hypothesis.
+    beam_rule: str = "transformers"
+    min_length: int = 0
     # The graphs' precision: "fp32", or "int8" (weights quantized for the CPU by the export).
     precision: str = "fp32"
     # TensorRT build choices of the export (nmtserve.export.engines reads them at container start).
@@ -58,9 +62,11 @@ class ModelSpec:
 
     def search_options(self, **given) -> SearchOptions:
         """The search a request gets with the options it does not set: this export's beam, length
-        penalty and maximum length (``min(max_target_len, max_length_a * source + max_length_b)``)."""
+        penalty, maximum length (``min(max_target_len, max_length_a * source + max_length_b)``),
+        minimum length and beam-search rule."""
         served = dict(beam_size=self.beam_size, length_penalty=self.length_penalty, max_length=self.max_target_len,
-                      max_length_a=self.max_length_a, max_length_b=self.max_length_b)
+                      max_length_a=self.max_length_a, max_length_b=self.max_length_b, rule=self.beam_rule,
+                      min_length=self.min_length)
         return SearchOptions(**{**served, **given})
 
     @property

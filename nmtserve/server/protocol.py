@@ -110,7 +110,8 @@ def parse_search_options(inputs: Mapping[str, np.ndarray | None], spec: ModelSpe
         return spec.search_options(beam_size=beam, num_hypotheses=nbest, length_penalty=penalty, early_stopping=early,
                                    alignment=align)
     return SearchOptions(beam_size=beam, num_hypotheses=nbest, length_penalty=penalty, early_stopping=early,
-                         max_length=max_length, alignment=align)
+                         max_length=max_length, alignment=align, rule=spec.beam_rule,
+                         min_length=min(spec.min_length, max_length - 1))
 
 
 def parse_sources(src: np.ndarray | None, lengths: np.ndarray | None, spec: ModelSpec) -> list[list[int]]:
