@@ -135,7 +135,7 @@ def setup_demo(tmp: Path, counts: Counts, wanted: set[str]) -> Size:
 def setup_base(tmp: Path, counts: Counts, wanted: set[str]) -> Size:
     import _marian_base as mb
 
-    from nmtserve.model.marian import load_marian
+    from nmtserve.model.importers.marian import load_marian
 
     started = time.perf_counter()
     marian = mb.build_marian(tmp / "marian")

@@ -205,8 +205,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", help="export a checkpoint to ONNX (+TensorRT) and write a Triton model repository")
     p.set_defaults(func=_cmd_export, export_parser=p)
-    p.add_argument("checkpoint", help="nmtserve checkpoint, or a Hugging Face directory: Marian (opus-mt), "
-                                      "NLLB-200 / M2M100 (model_type m2m_100) or mBART-50 (mbart)")
+    from .model.importers import FORMATS
+
+    p.add_argument("checkpoint", metavar="PATH",
+                   help="the checkpoint, a file or a directory; its format is detected. Formats: "
+                        + "; ".join(f"{f.name}: {f.title}" for f in FORMATS))
+    p.add_argument("--tokenizer", type=Path, default=None, metavar="FILE",
+                   help="the sentencepiece model of a checkpoint that does not record one, or records a path "
+                        "that is not there (OpenNMT-py, eole, fairseq, torch.nn.Transformer)")
     p.add_argument("--repository", "-r", default="model_repository", help="Triton model repository to write")
     p.add_argument("--name", default=contract.DEFAULT_MODEL, help="name of the ensemble model")
     p.add_argument("--target", choices=["cpu", "gpu"], default="cpu",

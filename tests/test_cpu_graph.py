@@ -37,6 +37,8 @@ LAYOUTS = {
     "mbart": dict(pre_norm=True, activation="gelu", learned_positions=True, position_offset=2, embedding_norm=True,
                   scale_embedding=False),
     "m2m100": dict(pre_norm=True, activation="relu", position_layout="m2m100", position_offset=2),
+    # torch.nn.Transformer: post-norm layers and a final LayerNorm per stack
+    "nn_transformer": dict(final_norm=True, share_embeddings=False, tie_output=False, src_vocab_size=53),
 }
 
 

@@ -14,6 +14,7 @@ VARIANTS = {
     "paper": dict(),
     "pre_norm_gelu_untied": dict(pre_norm=True, activation="gelu", share_embeddings=False, tie_output=False, src_vocab_size=53),
     "marian_like": dict(activation="swish", position_layout="concat", final_logits_bias=True),
+    "post_norm_final_norm": dict(final_norm=True, share_embeddings=False, tie_output=False, src_vocab_size=53),
 }
 
 

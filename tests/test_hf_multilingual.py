@@ -44,7 +44,7 @@ from transformers.models.m2m_100.modeling_m2m_100 import M2M100SinusoidalPositio
 from nmtserve.decoding.search import SearchOptions  # noqa: E402
 from nmtserve.model.checkpoint import load_state_dict_strict  # noqa: E402
 from nmtserve.model.config import TransformerConfig  # noqa: E402
-from nmtserve.model.hf_multilingual import (  # noqa: E402
+from nmtserve.model.importers.hf_multilingual import (  # noqa: E402
     MultilingualImportError,
     load_multilingual_model,
     multilingual_to_nmtserve,
@@ -152,7 +152,7 @@ def step_by_step_log_probs(model: Transformer, src: torch.Tensor, tgt: torch.Ten
 
 
 def test_the_importer_does_not_import_transformers():
-    code = "import sys, nmtserve.model.hf_multilingual; assert 'transformers' not in sys.modules"
+    code = "import sys, nmtserve.model.importers.hf_multilingual; assert 'transformers' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

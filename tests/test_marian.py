@@ -1,6 +1,6 @@
 """Hugging Face Marian (opus-mt) import, checked against ``transformers`` itself.
 
-``transformers`` is a test dependency only (``nmtserve.model.marian`` never imports it). The
+``transformers`` is a test dependency only (``nmtserve.model.importers.marian`` never imports it). The
 checkpoints are made here: tiny sentencepiece models trained on generated text, a ``vocab.json``
 built from their pieces (ids unrelated to sentencepiece's, a few pieces left out so that ``<unk>``
 mapping is exercised, a ``>>fra<<`` language code), and random ``MarianMTModel``s written with
@@ -51,7 +51,7 @@ from transformers import MarianConfig, MarianMTModel, MarianTokenizer  # noqa: E
 
 from nmtserve.decoding.search import SearchOptions  # noqa: E402
 from nmtserve.demo.corpus import generate_pairs  # noqa: E402
-from nmtserve.model.marian import (  # noqa: E402
+from nmtserve.model.importers.marian import (  # noqa: E402
     MarianImportError,
     convert_marian,
     load_marian,
@@ -245,7 +245,7 @@ def _agreement(model: MarianMTModel, tok: MarianTokenizer, ckpts: list, texts: l
 
 
 def test_the_importer_does_not_import_transformers():
-    code = "import sys, nmtserve.model.marian; assert 'transformers' not in sys.modules"
+    code = "import sys, nmtserve.model.importers.marian; assert 'transformers' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -466,7 +466,7 @@ def test_a_marian_directory_goes_through_export_serve_and_client(marian, corpus,
     from nmtserve.client import Translator
     from nmtserve.decoding.search import SearchOptions
     from nmtserve.export.pipeline import ExportOptions, export
-    from nmtserve.model.marian import load_marian
+    from nmtserve.model.importers.marian import load_marian
     from nmtserve.model.reference import translate
     from nmtserve.server.launcher import ServerConfig, TritonServer
 

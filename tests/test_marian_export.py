@@ -32,7 +32,7 @@ from nmtserve.decoding.search import SearchOptions  # noqa: E402
 from nmtserve.graphs import pad_batch  # noqa: E402
 from nmtserve.model.checkpoint import Checkpoint  # noqa: E402
 from nmtserve.model.config import TransformerConfig  # noqa: E402
-from nmtserve.model.marian import load_marian  # noqa: E402
+from nmtserve.model.importers.marian import load_marian  # noqa: E402
 from nmtserve.model.marian_export import (  # noqa: E402
     MarianExportError,
     position_permutation,

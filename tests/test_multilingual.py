@@ -147,7 +147,7 @@ def test_served_translations_equal_transformers_with_two_targets_in_one_request(
 
 def test_the_in_process_reference_decode_equals_transformers_token_for_token(served):
     from nmtserve.decoding.search import SearchOptions, TargetPrefix
-    from nmtserve.model.hf_multilingual import load_multilingual
+    from nmtserve.model.importers.hf_multilingual import load_multilingual
     from nmtserve.model.reference import reference_decode
 
     family, model, tok, server = served

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..exitcodes import EXIT_ERROR, EXIT_USAGE
 from .pipeline import ExportError, ExportOptions, export
 
 LIMITS = ("max_request_sentences", "max_sentence_chars", "max_queued_sentences", "queue_timeout_s")
@@ -22,12 +23,14 @@ def export_main(args: argparse.Namespace) -> int:
         gate_source_lang=args.gate_source_lang, gate_target_lang=args.gate_target_lang,
         int8_keep_fp32=tuple(k for k in args.int8_keep_fp32.split(",") if k.strip()),
         limits={name: getattr(args, name) for name in LIMITS if getattr(args, name) is not None},
+        tokenizer=args.tokenizer,
     )
     try:
         report = export(Path(args.checkpoint), opts)
     except ExportError as exc:
         print(f"nmtserve export: error: {exc}", file=sys.stderr)
-        return 1
+        # A checkpoint nmtserve cannot read is the user's input to fix (nothing was written).
+        return EXIT_USAGE if exc.unreadable else EXIT_ERROR
     print(report.summary())
     print(f"serve it with: nmtserve serve --model-repository {opts.repository}")
     return 0

@@ -159,6 +159,8 @@ def build_cpu_decoder(model: Transformer, path: Path, max_beam: int = graphs.DEF
             out = _ffn(b, layer.ffn, y, c.activation, p)
             x, y = _residual(b, out, layer.ffn.fc2, f"{p}/ffn/fc2", x,
                              norms[3 * i + 3] if c.pre_norm else layer.sub_ffn.norm, c.pre_norm)
+        if c.final_norms and not c.pre_norm:  # a post-norm stack's final LayerNorm (torch's nn.Transformer)
+            y = _layer_norm(b, y, model.decoder_norm, "/decoder_norm")
         _outputs(b, model, y, new_k, new_v, dims, common)
 
     return b.save(path, "nmtserve_decoder_cpu", graphs.decoder_inputs(dims), graphs.decoder_outputs(dims),
@@ -220,6 +222,8 @@ def build_cpu_encoder(model: Transformer, path: Path, external_data_bytes: int =
             out = _ffn(b, layer.ffn, y, c.activation, p)
             x, y = _residual(b, out, layer.ffn.fc2, f"{p}/ffn/fc2", x,
                              norms[2 * i + 2] if c.pre_norm else layer.sub_ffn.norm, c.pre_norm)
+        if c.final_norms and not c.pre_norm:
+            y = _layer_norm(b, y, model.encoder_norm, "/encoder_norm")
         # Every decoder layer's cross-attention K and V of the memory ``y``: one MatMul (d, 2 * L * d).
         cross = [layer.cross_attn for layer in model.decoder_layers]
         weight = np.concatenate([w for a in cross for w in (_weight_t(a.k_proj), _weight_t(a.v_proj))], axis=1)

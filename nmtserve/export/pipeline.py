@@ -20,7 +20,8 @@ import numpy as np
 from .. import contract, graphs
 from ..coverage import usual_length_ratio, usual_score_floor
 from ..decoding.search import SearchOptions
-from ..model.checkpoint import Checkpoint, CheckpointError, load_checkpoint
+from ..model.checkpoint import Checkpoint, CheckpointError
+from ..model.tokenizer import tokenizer_files
 from ..runtime.onnxruntime import OnnxModel
 from ..runtime.spec import SPEC_FILE, ModelSpec, graph_sha256
 from . import markup, quality
@@ -36,7 +37,12 @@ log = logging.getLogger(__name__)
 
 
 class ExportError(RuntimeError):
-    """Export failed; the message names the stage and the reason."""
+    """Export failed; the message names the stage and the reason. ``unreadable``: the checkpoint
+    itself cannot be imported (a format or options nmtserve does not read: the user's input)."""
+
+    def __init__(self, message: str, *, unreadable: bool = False):
+        super().__init__(message)
+        self.unreadable = unreadable
 
 
 # fp32: the graphs as exported. int8: CPU graphs with int8 weights (ONNX Runtime dynamic
@@ -64,6 +70,7 @@ class ExportOptions:
     graph_models: bool = False  # also serve encoder/decoder as models (RepositoryOptions)
     decoder_graph: str = ""  # DECODER_GRAPHS; "": fused on the cpu target, portable on the gpu target
     pair: str = ""  # "en-fr": add the model to the repository under its language pair (RepositoryOptions)
+    tokenizer: Path | None = None  # the sentencepiece model of a checkpoint that does not record one
     # The quality gate of a reduced precision (nmtserve.export.quality).
     max_bleu_drop: float = quality.DEFAULT_MAX_BLEU_DROP
     gate_source: Path | None = None  # None: the checkpoint's test.en (and its test.<tgt> references)
@@ -132,31 +139,12 @@ class ExportReport:
 _REPORT_FIELDS = {f.name for f in dataclasses.fields(quality.QualityReport)}
 
 
-# Hugging Face model types whose directories export (besides nmtserve's own checkpoints).
-MODEL_TYPES = ("nmtserve-transformer", "marian", "m2m_100", "mbart")
+def load_any_checkpoint(path: Path, tokenizer: Path | None = None) -> Checkpoint:
+    """A checkpoint of any format the importer registry reads (``nmtserve.model.importers``)."""
+    from ..model.importers import load_any
+    from ..model.importers.base import ImportOptions
 
-
-def load_any_checkpoint(path: Path) -> Checkpoint:
-    """An nmtserve checkpoint, or a Hugging Face directory: Marian (opus-mt), or a multilingual
-    NLLB-200 / M2M100 (``m2m_100``) or mBART-50 (``mbart``) one (converted on the fly)."""
-    config_file = path / "config.json"
-    if not path.is_dir():
-        raise ExportError(f"{path}: not a directory")
-    if not config_file.is_file():
-        raise ExportError(f"{path}: no config.json; expected an nmtserve checkpoint or a Hugging Face directory "
-                          f"(model_type {', '.join(MODEL_TYPES[1:])})")
-    model_type = json.loads(config_file.read_text()).get("model_type", "nmtserve-transformer")
-    if model_type == "nmtserve-transformer":
-        return load_checkpoint(path)
-    if model_type == "marian":
-        from ..model.marian import load_marian  # noqa: PLC0415 - optional path
-
-        return load_marian(path)
-    if model_type in ("m2m_100", "mbart"):
-        from ..model.hf_multilingual import load_multilingual  # noqa: PLC0415 - optional path
-
-        return load_multilingual(path)
-    raise ExportError(f"{path}: model_type {model_type!r} is not supported (supported: {', '.join(MODEL_TYPES)})")
+    return load_any(path, ImportOptions(tokenizer=tokenizer))
 
 
 def _tokenizer_artifacts(tok, tmp: Path, checkpoint: Path) -> tuple[dict, dict[str, Path]]:
@@ -178,6 +166,11 @@ def _tokenizer_artifacts(tok, tmp: Path, checkpoint: Path) -> tuple[dict, dict[s
         (tmp / "vocab.json").write_text(json.dumps(tok.vocab, ensure_ascii=False), encoding="utf-8")
         artifacts["vocab.json"] = tmp / "vocab.json"
         files["vocab"] = "vocab.json"
+    if tok.target_vocab is not tok.vocab:
+        (tmp / "target_vocab.json").write_text(json.dumps(tok.target_vocab, ensure_ascii=False), encoding="utf-8")
+        artifacts["target_vocab.json"] = tmp / "target_vocab.json"
+        files["target_vocab"] = "target_vocab.json"
+    files.update(tokenizer_files(tok))
     return files, artifacts
 
 
@@ -212,9 +205,9 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
         raise ExportError(f"options: {exc}") from exc
     t = time.monotonic()
     try:
-        ckpt = load_any_checkpoint(Path(checkpoint))
+        ckpt = load_any_checkpoint(Path(checkpoint), opts.tokenizer)
     except (CheckpointError, ValueError) as exc:
-        raise ExportError(f"load: {exc}") from exc
+        raise ExportError(f"load: {exc}", unreadable=True) from exc
     model, cfg = ckpt.model, ckpt.config
     languages = tuple(getattr(ckpt.tokenizer, "languages", None) or ())
     repo_opts = dataclasses.replace(repo_opts, named_pair=named_pair(ckpt.path))
@@ -263,6 +256,8 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
             pad_id=cfg.pad_id, bos_id=cfg.bos_id, eos_id=cfg.eos_id, unk_id=cfg.unk_id,
             src_vocab=cfg.src_vocab_size, max_source_len=opts.max_source_len, max_target_len=opts.max_target_len, max_batch=opts.max_batch,
             beam_size=opts.beam_size, tokenizer=files, fp16=opts.precision == "fp16", max_beam=repo_opts.max_beam,
+            beam_rule=ckpt.decoding.rule, length_penalty=ckpt.decoding.length_penalty, min_length=ckpt.decoding.min_length,
+            max_length_a=ckpt.decoding.max_length_a, max_length_b=ckpt.decoding.max_length_b,
             hashes={"encoder.onnx": graph_sha256(encoder, graph_files(encoder)[1:]),
                     "decoder.onnx": graph_sha256(decoder, graph_files(decoder)[1:])},
         )
@@ -272,8 +267,7 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
         reference = None
         if not opts.skip_parity:  # the PyTorch side first, so that the model is freed before ONNX Runtime loads
             t = time.monotonic()
-            search = SearchOptions(beam_size=opts.beam_size, max_length=min(opts.max_target_len, 128),
-                                   max_length_a=spec.max_length_a, max_length_b=spec.max_length_b)
+            search = spec.search_options(max_length=min(opts.max_target_len, 128))
             sources = _parity_sources(ckpt, opts.parity_sentences, opts.max_source_len)
             reference = record_reference(model, sources, search, tmp / "parity")
             stage("parity reference", t)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -31,13 +31,27 @@ class CheckpointError(ValueError):
     """A checkpoint directory is incomplete or does not match its config."""
 
 
+@dataclass(frozen=True)
+class Decoding:
+    """How the checkpoint's toolkit decodes by default: its beam search (``SearchOptions.rule``),
+    length penalty, maximum length ``min(max_target_len, a * source length + b)`` (generated
+    tokens, EOS included) and minimum length. An export serves these as its defaults."""
+
+    rule: str = "transformers"
+    length_penalty: float = 1.0
+    max_length_a: float = 2.0
+    max_length_b: int = 10
+    min_length: int = 0
+
+
 @dataclass
 class Checkpoint:
-    """A loaded checkpoint: the model (eval mode, fp32) and its tokenizers."""
+    """A loaded checkpoint: the model (eval mode, fp32), its tokenizers and decoding defaults."""
 
     model: Transformer | None
     tokenizer: Tokenizer
     path: Path
+    decoding: Decoding = field(default_factory=Decoding)
 
     def __post_init__(self) -> None:
         self._config = self.model.config

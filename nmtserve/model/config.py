@@ -34,6 +34,9 @@ class TransformerConfig:
     # The paper normalises after each residual sum (post-norm). Pre-norm trains more stably
     # for deep stacks and adds a final LayerNorm after each stack.
     pre_norm: bool = False
+    # A LayerNorm after each stack. None: where pre-norm puts one. torch.nn.Transformer adds one to
+    # post-norm stacks too (its encoder.norm / decoder.norm).
+    final_norm: bool | None = None
     layer_norm_eps: float = 1e-5
     # The paper multiplies embeddings by sqrt(d_model) so they are not drowned by positions.
     scale_embedding: bool = True
@@ -87,12 +90,19 @@ class TransformerConfig:
         for name in ("encoder_layers", "decoder_layers", "h", "d_ff", "max_positions"):
             if getattr(self, name) <= 0:
                 out.append(f"{name} must be positive")
+        if self.pre_norm and self.final_norm is False:
+            out.append("pre_norm without a final LayerNorm per stack is not supported")
         if self.position_offset < 0:
             out.append(f"position_offset={self.position_offset} must not be negative")
         if self.position_layout == "m2m100" and not self.learned_positions and self.d_model < 4:
             out.append(f"position_layout='m2m100' needs d_model >= 4, not {self.d_model} "
                        "(its frequencies divide by d_model/2 - 1)")
         return out
+
+    @property
+    def final_norms(self) -> bool:
+        """Whether each stack ends with a LayerNorm."""
+        return self.pre_norm if self.final_norm is None else self.final_norm
 
     @property
     def d_k(self) -> int:

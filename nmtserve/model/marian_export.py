@@ -58,7 +58,7 @@ from safetensors.torch import save_file
 
 from .checkpoint import Checkpoint, CheckpointError
 from .config import TransformerConfig
-from .marian import load_marian
+from .importers.marian import load_marian
 from .tokenizer import Tokenizer
 from .transformer import Transformer, sinusoidal_positions
 
@@ -96,9 +96,10 @@ class MarianExportError(ValueError):
 def unsupported_for_marian(config: TransformerConfig) -> list[str]:
     """Every option of ``config`` that MarianMTModel cannot reproduce (empty: exportable)."""
     out = []
-    if config.pre_norm:
+    if config.pre_norm or config.final_norms:
         out.append(
-            "pre_norm=True: Marian layers are post-norm, with no final LayerNorm after each stack"
+            f"pre_norm={config.pre_norm}, final_norm={config.final_norm}: Marian layers are post-norm, "
+            "with no final LayerNorm after each stack"
         )
     if config.layer_norm_eps != MARIAN_LAYER_NORM_EPS:
         out.append(

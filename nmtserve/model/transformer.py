@@ -294,9 +294,11 @@ class Transformer(nn.Module):
         self.tgt_embed = Embeddings(config.tgt_vocab_size, config, tgt_table)
         self.encoder_layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
-        # Pre-norm stacks end with a LayerNorm; post-norm ones are already normalised.
-        self.encoder_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.pre_norm else nn.Identity()
-        self.decoder_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.pre_norm else nn.Identity()
+        # Pre-norm stacks end with a LayerNorm; post-norm ones are already normalised (torch's
+        # nn.Transformer adds one anyway: config.final_norm).
+        final = config.final_norms
+        self.encoder_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if final else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if final else nn.Identity()
         self.generator = nn.Linear(config.d_model, config.tgt_vocab_size, bias=False)
         if config.tie_output:
             self.generator.weight = tgt_table.weight

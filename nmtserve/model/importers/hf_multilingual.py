@@ -37,9 +37,11 @@ from typing import Any
 
 import torch
 
-from .checkpoint import Checkpoint, CheckpointError, build_model
-from .config import ConfigError, TransformerConfig
-from .marian import (
+from ..checkpoint import Checkpoint, build_model
+from ..config import ConfigError, TransformerConfig
+from ..transformer import Transformer, sinusoidal_positions
+from .base import ImportFailure, OptionRule, broken_rules, place_embeddings
+from .hf_files import (
     _LAYER_KEY,
     ACTIVATIONS,
     EMBEDDING_KEYS,
@@ -50,11 +52,8 @@ from .marian import (
     _generation_config,
     _log_generation_differences,
     _read_json,
-    broken_rules,
     find_weights,
-    place_embeddings,
 )
-from .transformer import Transformer, sinusoidal_positions
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +62,7 @@ log = logging.getLogger(__name__)
 FAIRSEQ_UNK_ID = 3
 
 
-class MultilingualImportError(CheckpointError):
+class MultilingualImportError(ImportFailure):
     """An M2M100 / NLLB / mBART directory cannot be imported; the message lists every reason at once."""
 
 
@@ -104,9 +103,7 @@ FAMILIES: dict[str, Family] = {
 }
 
 
-# ---- the checker: one rule per option nmtserve cannot express --------------------------------
-# (key, value assumed when absent, supported(value), what a different value would need).
-OptionRule = tuple[str, Any, Callable[[Any], bool], str]
+# ---- the checker: one rule per option nmtserve cannot express (base.OptionRule) ---------------
 OPTION_RULES: tuple[OptionRule, ...] = (
     ("model_type", None, lambda v: v in FAMILIES, f"supported model types: {', '.join(FAMILIES)}"),
     ("is_encoder_decoder", True, lambda v: v is True, "an encoder-decoder model is required"),
@@ -419,7 +416,7 @@ def load_multilingual_model(path: str | Path, *, unk_id: int | None = None) -> T
 def load_multilingual(path: str | Path) -> Checkpoint:
     """An NLLB-200 / M2M100 / mBART-50 directory as an nmtserve ``Checkpoint``: the model, and the
     checkpoint's own tokenizer files (``MultilingualTokenizer``), checked against each other."""
-    from .hf_tokenizer import MultilingualTokenizer, TokenizerFilesError
+    from ..hf_tokenizer import MultilingualTokenizer, TokenizerFilesError
 
     path = Path(path)
     try:
@@ -438,3 +435,10 @@ def load_multilingual(path: str | Path) -> Checkpoint:
     log.info("imported %s %s: %d languages, %d parameters", tokenizer.family, path, len(tokenizer.languages),
              sum(p.numel() for p in model.parameters()))
     return Checkpoint(model=model, tokenizer=tokenizer, path=path)  # type: ignore[arg-type]
+
+
+def load(path: Path, options) -> Checkpoint:
+    """The registry's entry (``importers.FORMATS``)."""
+    if options.tokenizer is not None:
+        raise MultilingualImportError(f"{path}: the directory carries its tokenizer files; --tokenizer is not used")
+    return load_multilingual(path)
