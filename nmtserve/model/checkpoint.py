@@ -43,6 +43,14 @@ class Decoding:
     max_length_b: int = 10
     min_length: int = 0
 
+    def search_options(self, max_length: int = 256, **given):
+        """These defaults as ``SearchOptions`` (``max_length``: the cap on top of a * source + b)."""
+        from ..decoding.search import SearchOptions
+
+        return SearchOptions(**{**dict(rule=self.rule, length_penalty=self.length_penalty, max_length=max_length,
+                                       max_length_a=self.max_length_a, max_length_b=self.max_length_b,
+                                       min_length=self.min_length), **given})
+
 
 @dataclass
 class Checkpoint:

