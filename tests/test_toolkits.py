@@ -9,9 +9,6 @@ conversion is a second, live oracle.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
