@@ -39,6 +39,8 @@ LAYOUTS = {
     "m2m100": dict(pre_norm=True, activation="relu", position_layout="m2m100", position_offset=2),
     # torch.nn.Transformer: post-norm layers and a final LayerNorm per stack
     "nn_transformer": dict(final_norm=True, share_embeddings=False, tie_output=False, src_vocab_size=53),
+    # eole: a post-norm encoder with a final LayerNorm before a pre-norm decoder
+    "eole_postnorm_encoder": dict(pre_norm=True, encoder_pre_norm=False, final_norm=True),
 }
 
 

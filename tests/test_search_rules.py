@@ -27,11 +27,13 @@ def _ranked(model, sentence, alive, banned):
 
 
 def opennmt_reference(model, sentence, k, max_len, n_best, penalty=1.0, min_len=0):
-    """OpenNMT-py's beam search: the top K candidates of a step; those ending in EOS finish, the
-    others run on; done once a step's best candidate was EOS and n_best finished; at the maximum
-    length every candidate finishes."""
+    """OpenNMT-py's / eole's beam search: the top K candidates of a step; those ending in EOS
+    finish, the others run on; done at a step whose best candidate was EOS once n_best finished
+    (not sticky: eole's ``beams_non_finished``); at the maximum length every candidate finishes;
+    scores divide by (generated tokens + 1) ** penalty (``length_penalty(step + 1)``, the start
+    token counted)."""
     alive = [((), 0.0)] + [((), -math.inf)] * (k - 1)
-    finished, top_finished = [], False
+    finished = []
     for step in range(max_len):
         top = _ranked(model, sentence, alive, lambda tok, s=step: s < min_len and tok == EOS)[:k]
         at_max = step + 1 == max_len
@@ -39,10 +41,10 @@ def opennmt_reference(model, sentence, k, max_len, n_best, penalty=1.0, min_len=
         for score, b, tok in top:
             seq = (*alive[b][0], tok)
             if (tok == EOS or at_max) and score > -math.inf:
-                finished.append((list(seq), score / (step + 1) ** penalty))
+                finished.append((list(seq), score / (step + 2) ** penalty))
             elif tok != EOS:
                 running.append((seq, score))
-        top_finished |= top[0][2] == EOS and top[0][0] > -math.inf
+        top_finished = top[0][2] == EOS and top[0][0] > -math.inf
         if at_max or (top_finished and len(finished) >= n_best):
             break
         alive = running + [((), -math.inf)] * (k - len(running))

@@ -41,8 +41,9 @@ with ``early_stopping=True``, K finished at most, first come, and at the maximum
 hypothesis ends with EOS, its log-probability added: on ``Candidates``, where EOS is among a
 hypothesis' candidates, else it ends as transformers' rule ends it); "opennmt" (OpenNMT-py's and eole's ``BeamSearch``: a step keeps only
 its top ``K`` candidates, those ending in EOS finish and the others run on, so fewer than ``K``
-beams may run; a sentence is done once a step's best candidate ended in EOS and
-``num_hypotheses`` have finished).
+beams may run; a sentence is done at a step whose best candidate ended in EOS once
+``num_hypotheses`` have finished; the length penalty counts the decoder start token too, so a
+score is ``sum of log-probs / (generated length + 1) ** length_penalty``).
 Finished sentences leave the running batch at once, so the step model computes only live rows.
 """
 
@@ -249,7 +250,7 @@ class BeamBatch:
     aligned: np.ndarray  # (capacity, K, T): each beam's source position per token (rows with ``align``)
     align: np.ndarray  # (capacity,) bool: the row's options ask for alignments
     rule: np.ndarray  # (capacity,) int8: the row's RULES index
-    top_finished: np.ndarray  # (capacity,) bool: "opennmt": a step's best candidate has ended in EOS
+    top_finished: np.ndarray  # (capacity,) bool: "opennmt": this step's best candidate ended in EOS
 
     # Up to this many rows, ``advance`` of ``Candidates`` runs row by row in Python
     # (``_advance_few``): the ~60 NumPy calls of a vectorized step cost ~0.15 ms whatever the
@@ -428,7 +429,8 @@ class BeamBatch:
             n = k
         t = self.t[:b].copy()
         gen_len = t + 1
-        counted = np.maximum(gen_len - self.prompt[:b], 1)  # the length the penalty sees
+        # The length the penalty sees; OpenNMT's counts the decoder start token too.
+        counted = np.maximum(gen_len - self.prompt[:b], 1) + (self.rule[:b] == _OPENNMT)
         at_max = gen_len >= self.max_len[:b]
         is_eos = top_token == eos
         # Only candidates ranked in the top K may finish (transformers' rule); at the maximum length
@@ -451,7 +453,7 @@ class BeamBatch:
             self.aligned[:b, :, :width] = self.aligned[:b, :, :width][rows, parents]
             self.aligned[rows[:, 0], :, t] = self._attention[rows, parents]
         self.tokens[:b], self.parents[:b], self.scores[:b], self.t[:b] = tokens, parents, scores, gen_len
-        self.top_finished[:b] |= is_eos[:, 0] & (top_scores[:, 0] > -np.inf)
+        self.top_finished[:b] = is_eos[:, 0] & (top_scores[:, 0] > -np.inf)
         self.done[:b] = at_max | self._cannot_improve(scores[:, 0], counted)
 
     def _eos_forced(self) -> np.ndarray:
@@ -511,7 +513,7 @@ class BeamBatch:
                 top_token = [int(self.forced[row, t])] * n
                 top_scores = [*running, *[-inf] * (n - k)]
             gen_len = t + 1
-            counted = max(gen_len - int(self.prompt[row]), 1)
+            counted = max(gen_len - int(self.prompt[row]), 1) + (rule == _OPENNMT)
             at_max = gen_len >= int(self.max_len[row])
             for j in range(min(k, len(top_token))):
                 if (top_token[j] == eos or at_max) and top_scores[j] > -inf:
@@ -527,8 +529,7 @@ class BeamBatch:
                 self.aligned[row, :, :width] = self.aligned[row, parents, :width]
                 self.aligned[row, :, t] = self._attention[row, parents]
             self.tokens[row], self.parents[row], self.scores[row], self.t[row] = tokens, parents, scores, gen_len
-            if top_token and top_token[0] == eos and top_scores[0] > -inf:
-                self.top_finished[row] = True
+            self.top_finished[row] = bool(top_token) and top_token[0] == eos and top_scores[0] > -inf
             self.done[row] = at_max or self._cannot_improve_one(row, scores[0], counted)
 
     def _cannot_improve_one(self, row: int, best_running: float, counted: int) -> bool:

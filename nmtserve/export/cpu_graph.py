@@ -180,6 +180,7 @@ def build_cpu_encoder(model: Transformer, path: Path, external_data_bytes: int =
     _check(model)
     c = model.config
     d, h, d_k = c.d_model, c.h, c.d_k
+    pre = c.encoder_pre
     b = _Builder()
     with torch.no_grad():
         flat_d = b.ints("/shape/flat_d", [-1, d])
@@ -203,8 +204,8 @@ def build_cpu_encoder(model: Transformer, path: Path, external_data_bytes: int =
             x = _layer_norm(b, x, emb.norm, "/src_embed/norm")
         layers = list(model.encoder_layers)
         norms = [norm for layer in layers for norm in (layer.sub_attn.norm, layer.sub_ffn.norm)]
-        norms.append(model.encoder_norm if c.pre_norm else None)
-        y = _layer_norm(b, x, norms[0], "/encoder_layers.0/sub_attn/norm") if c.pre_norm else x
+        norms.append(model.encoder_norm if pre else None)
+        y = _layer_norm(b, x, norms[0], "/encoder_layers.0/sub_attn/norm") if pre else x
         for i, layer in enumerate(layers):
             p = f"/encoder_layers.{i}"
             attn = layer.self_attn
@@ -218,11 +219,11 @@ def build_cpu_encoder(model: Transformer, path: Path, external_data_bytes: int =
             out = b.one("Transpose", [b.one("MatMul", [probs, v], f"{p}/self_attn/mixed")], f"{p}/self_attn/out_bshd", perm=[0, 2, 1, 3])
             out = b.one("Reshape", [out, flat_d], f"{p}/self_attn/flat")
             x, y = _residual(b, out, attn.out_proj, f"{p}/self_attn/out_proj", x,
-                             norms[2 * i + 1] if c.pre_norm else layer.sub_attn.norm, c.pre_norm)
+                             norms[2 * i + 1] if pre else layer.sub_attn.norm, pre)
             out = _ffn(b, layer.ffn, y, c.activation, p)
             x, y = _residual(b, out, layer.ffn.fc2, f"{p}/ffn/fc2", x,
-                             norms[2 * i + 2] if c.pre_norm else layer.sub_ffn.norm, c.pre_norm)
-        if c.final_norms and not c.pre_norm:
+                             norms[2 * i + 2] if pre else layer.sub_ffn.norm, pre)
+        if c.final_norms and not pre:  # a post-norm stack's final LayerNorm (nn.Transformer, eole)
             y = _layer_norm(b, y, model.encoder_norm, "/encoder_norm")
         # Every decoder layer's cross-attention K and V of the memory ``y``: one MatMul (d, 2 * L * d).
         cross = [layer.cross_attn for layer in model.decoder_layers]

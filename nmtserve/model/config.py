@@ -37,6 +37,9 @@ class TransformerConfig:
     # A LayerNorm after each stack. None: where pre-norm puts one. torch.nn.Transformer adds one to
     # post-norm stacks too (its encoder.norm / decoder.norm).
     final_norm: bool | None = None
+    # The encoder's own placement, where it differs from the decoder's (eole's post-norm encoder,
+    # ``encoder_layer_style: postnorm``, before its pre-norm decoder). None: ``pre_norm``.
+    encoder_pre_norm: bool | None = None
     layer_norm_eps: float = 1e-5
     # The paper multiplies embeddings by sqrt(d_model) so they are not drowned by positions.
     scale_embedding: bool = True
@@ -90,7 +93,7 @@ class TransformerConfig:
         for name in ("encoder_layers", "decoder_layers", "h", "d_ff", "max_positions"):
             if getattr(self, name) <= 0:
                 out.append(f"{name} must be positive")
-        if self.pre_norm and self.final_norm is False:
+        if (self.pre_norm or self.encoder_pre) and self.final_norm is False:
             out.append("pre_norm without a final LayerNorm per stack is not supported")
         if self.position_offset < 0:
             out.append(f"position_offset={self.position_offset} must not be negative")
@@ -98,6 +101,11 @@ class TransformerConfig:
             out.append(f"position_layout='m2m100' needs d_model >= 4, not {self.d_model} "
                        "(its frequencies divide by d_model/2 - 1)")
         return out
+
+    @property
+    def encoder_pre(self) -> bool:
+        """Whether the encoder's layers are pre-norm."""
+        return self.pre_norm if self.encoder_pre_norm is None else self.encoder_pre_norm
 
     @property
     def final_norms(self) -> bool:

@@ -96,7 +96,7 @@ class MarianExportError(ValueError):
 def unsupported_for_marian(config: TransformerConfig) -> list[str]:
     """Every option of ``config`` that MarianMTModel cannot reproduce (empty: exportable)."""
     out = []
-    if config.pre_norm or config.final_norms:
+    if config.pre_norm or config.encoder_pre or config.final_norms:
         out.append(
             f"pre_norm={config.pre_norm}, final_norm={config.final_norm}: Marian layers are post-norm, "
             "with no final LayerNorm after each stack"

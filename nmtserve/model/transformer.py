@@ -209,11 +209,11 @@ class FeedForward(nn.Module):
 class Sublayer(nn.Module):
     """Residual connection around a sublayer with LayerNorm, post-norm (paper) or pre-norm."""
 
-    def __init__(self, config: TransformerConfig):
+    def __init__(self, config: TransformerConfig, pre_norm: bool | None = None):
         super().__init__()
         self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.dropout)
-        self.pre_norm = config.pre_norm
+        self.pre_norm = config.pre_norm if pre_norm is None else pre_norm
 
     def before(self, x: Tensor) -> Tensor:
         return self.norm(x) if self.pre_norm else x
@@ -228,8 +228,8 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.self_attn = MultiHeadAttention(config)
         self.ffn = FeedForward(config)
-        self.sub_attn = Sublayer(config)
-        self.sub_ffn = Sublayer(config)
+        self.sub_attn = Sublayer(config, config.encoder_pre)
+        self.sub_ffn = Sublayer(config, config.encoder_pre)
 
     def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
         y = self.sub_attn.before(x)
