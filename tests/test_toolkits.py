@@ -32,9 +32,14 @@ class Toolkit:
     max_length: int = 256  # the cap the toolkit's recording ran under (generated tokens, EOS included)
 
 
+BEAMS = {4: "beam4", 1: "beam1"}
 TOOLKITS = {
+    "opennmt_py": Toolkit("opennmt_py/model.pt", "opennmt-py", "opennmt_py/expected.json", BEAMS),
+    "opennmt_py_shared": Toolkit("opennmt_py/shared.pt", "opennmt-py", "opennmt_py/expected_shared.json", BEAMS),
+    "eole": Toolkit("eole", "eole", "eole/expected.json", BEAMS),
     "torch_tutorial": Toolkit("torch_tutorial", "torch.nn.Transformer", "torch_tutorial/expected.json", {1: "greedy"}),
 }
+TOOLKITS = {name: t for name, t in TOOLKITS.items() if (FIXTURES / t.expected).is_file()}
 
 
 def _expected(toolkit: Toolkit) -> dict:
@@ -59,10 +64,24 @@ def imported():
     return get
 
 
-def _decode(ckpt, texts, beam: int, max_length: int):
+def _decode(ckpt, texts, beam: int, max_lengths: list[int]):
+    """The reference decode with the checkpoint's decoding defaults; each sentence capped at its
+    own maximum length (the toolkits' depends on the batch they cut: recorded per sentence)."""
     ids = [ckpt.tokenizer.encode(t) for t in texts]
-    options = ckpt.decoding.search_options(max_length=max_length, beam_size=beam)
-    return [r[0] for r in reference_decode(ckpt.model, ids, options)]
+    out: list = [None] * len(texts)
+    for cap in sorted(set(max_lengths)):
+        rows = [i for i, m in enumerate(max_lengths) if m == cap]
+        options = ckpt.decoding.search_options(max_length=cap, beam_size=beam, max_length_b=None)
+        for i, r in zip(rows, reference_decode(ckpt.model, [ids[i] for i in rows], options), strict=True):
+            out[i] = r[0]
+    return out
+
+
+def _max_lengths(ckpt, toolkit: Toolkit, want: list[dict], texts: list[str]) -> list[int]:
+    if all("max_length" in w for w in want):
+        return [int(w["max_length"]) for w in want]
+    options = ckpt.decoding.search_options(max_length=toolkit.max_length)
+    return [options.max_length_for(len(ckpt.tokenizer.encode(t))) for t in texts]
 
 
 def _cases():
@@ -82,13 +101,16 @@ def test_the_import_decodes_as_the_toolkit_did(imported, name, beam):
     toolkit = TOOLKITS[name]
     ckpt = imported(name)
     want = _expected(toolkit)[toolkit.beams[beam]]
-    got = _decode(ckpt, _sources(toolkit), beam, toolkit.max_length)
+    texts = _sources(toolkit)
+    got = _decode(ckpt, texts, beam, _max_lengths(ckpt, toolkit, want, texts))
     eos = ckpt.config.eos_id
     same = [[t for t in h.tokens if t != eos] == w["ids"] for h, w in zip(got, want, strict=True)]
     first = next((i for i, ok in enumerate(same) if not ok), None)
     assert all(same), (f"{sum(same)}/{len(same)} identical; first difference, sentence {first}: "
                        f"{got[first].tokens} vs {want[first]['ids']}")
     assert [ckpt.tokenizer.decode(h.tokens) for h in got] == [w["text"] for w in want]
+    scored = [(h.score, w["score"]) for h, w in zip(got, want, strict=True) if "score" in w]
+    assert all(abs(ours - theirs) < 1e-4 for ours, theirs in scored), "the scores differ from the toolkit's"
 
 
 @pytest.fixture(scope="module")

@@ -219,7 +219,7 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
     opts = dataclasses.replace(
         opts,
         max_source_len=opts.max_source_len or min(256, cfg.max_positions),
-        max_target_len=opts.max_target_len or min(256, cfg.max_positions - 1),
+        max_target_len=opts.max_target_len or min(256, cfg.max_positions - 1, ckpt.decoding.max_length or 256),
     )
     if opts.max_target_len + 1 > cfg.max_positions:
         raise ExportError(f"--max-target-len {opts.max_target_len} exceeds the model's {cfg.max_positions} positions")

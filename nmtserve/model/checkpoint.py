@@ -42,12 +42,15 @@ class Decoding:
     max_length_a: float = 2.0
     max_length_b: int = 10
     min_length: int = 0
+    max_length: int | None = None  # the toolkit's own cap on a * source + b (None: the export's)
 
     def search_options(self, max_length: int = 256, **given):
-        """These defaults as ``SearchOptions`` (``max_length``: the cap on top of a * source + b)."""
+        """These defaults as ``SearchOptions`` (``max_length``: the cap on top of a * source + b,
+        the toolkit's own where it is lower)."""
         from ..decoding.search import SearchOptions
 
-        return SearchOptions(**{**dict(rule=self.rule, length_penalty=self.length_penalty, max_length=max_length,
+        cap = min(max_length, self.max_length or max_length)
+        return SearchOptions(**{**dict(rule=self.rule, length_penalty=self.length_penalty, max_length=cap,
                                        max_length_a=self.max_length_a, max_length_b=self.max_length_b,
                                        min_length=self.min_length), **given})
 
