@@ -30,6 +30,13 @@ class Toolkit:
     expected: str  # the toolkit's own outputs
     beams: dict[int, str]  # beam width -> the expected.json key holding the toolkit's outputs
     max_length: int = 256  # the cap the toolkit's recording ran under (generated tokens, EOS included)
+    tokenizer: str | None = None  # --tokenizer, where the checkpoint's folder lacks its sentencepiece model
+
+    @property
+    def options(self):
+        from nmtserve.model.importers.base import ImportOptions
+
+        return ImportOptions(tokenizer=FIXTURES / self.tokenizer if self.tokenizer else None)
 
 
 BEAMS = {4: "beam4", 1: "beam1"}
@@ -37,6 +44,13 @@ TOOLKITS = {
     "opennmt_py": Toolkit("opennmt_py/model.pt", "opennmt-py", "opennmt_py/expected.json", BEAMS),
     "opennmt_py_shared": Toolkit("opennmt_py/shared.pt", "opennmt-py", "opennmt_py/expected_shared.json", BEAMS),
     "eole": Toolkit("eole", "eole", "eole/expected.json", BEAMS),
+    "eole_shared": Toolkit("eole/shared", "eole", "eole/shared/expected.json", BEAMS),
+    "fairseq": Toolkit("fairseq/checkpoint_best.pt", "fairseq", "fairseq/expected.json", BEAMS),
+    # These two folders hold no sentencepiece model: given with --tokenizer.
+    "fairseq_shared": Toolkit("fairseq/shared/checkpoint_best.pt", "fairseq", "fairseq/shared/expected.json", BEAMS,
+                              tokenizer="fairseq/spm.model"),
+    "fairseq_lnemb": Toolkit("fairseq/lnemb/checkpoint_best.pt", "fairseq", "fairseq/lnemb/expected.json", BEAMS,
+                             tokenizer="fairseq/spm.model"),
     "torch_tutorial": Toolkit("torch_tutorial", "torch.nn.Transformer", "torch_tutorial/expected.json", {1: "greedy"}),
 }
 TOOLKITS = {name: t for name, t in TOOLKITS.items() if (FIXTURES / t.expected).is_file()}
@@ -49,6 +63,8 @@ def _expected(toolkit: Toolkit) -> dict:
 def _sources(toolkit: Toolkit) -> list[str]:
     folder = (FIXTURES / toolkit.path)
     folder = folder if folder.is_dir() else folder.parent
+    while not (folder / "source.en").is_file():  # a variant's folder shares its toolkit's inputs
+        folder = folder.parent
     return (folder / "source.en").read_text(encoding="utf-8").splitlines()
 
 
@@ -58,7 +74,7 @@ def imported():
 
     def get(name: str):
         if name not in cache:
-            cache[name] = load_any(FIXTURES / TOOLKITS[name].path)
+            cache[name] = load_any(FIXTURES / TOOLKITS[name].path, TOOLKITS[name].options)
         return cache[name]
 
     return get
@@ -127,7 +143,8 @@ def served(tmp_path_factory):
             for other in list(running):  # one server at a time
                 running.pop(other)[0].__exit__(None, None, None)
             repo = tmp_path_factory.mktemp(name) / "repository"
-            report = export(FIXTURES / TOOLKITS[name].path, ExportOptions(repository=repo, parity_sentences=20))
+            report = export(FIXTURES / TOOLKITS[name].path, ExportOptions(repository=repo, parity_sentences=20,
+                                                                          tokenizer=TOOLKITS[name].options.tokenizer))
             assert report.parity is not None and report.parity.passed
             server = TritonServer(ServerConfig.on_free_ports(repo))
             server.__enter__()
