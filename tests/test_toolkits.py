@@ -9,6 +9,9 @@ conversion is a second, live oracle.
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -182,3 +185,92 @@ def test_served_translations_equal_the_toolkits(served, name, beam):
             got = [t.text for t in client.translate(texts, beam_size=beam, split_sentences=False)]
     same = sum(g == w for g, w in zip(got, want, strict=True))
     assert got == want, f"{same}/{len(want)} identical"
+
+
+def _ctranslate2_translator(name: str, folder: Path):
+    """CTranslate2's own conversion of the checkpoint (its OpenNMT-py converter needs no OpenNMT-py)."""
+    import argparse
+
+    import torch
+
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    with torch.serialization.safe_globals([argparse.Namespace]):
+        ctranslate2.converters.OpenNMTPyConverter(str(FIXTURES / TOOLKITS[name].path)).convert(str(folder), force=True)
+    return ctranslate2.Translator(str(folder), device="cpu", inter_threads=1, intra_threads=1)
+
+
+@pytest.mark.parametrize("name", [n for n in ("opennmt_py", "opennmt_py_shared") if n in TOOLKITS])
+def test_ctranslate2s_conversion_agrees_with_the_import(imported, name, tmp_path):
+    """A second, live oracle: CTranslate2 converts the same checkpoint itself. Greedy decodes are
+    identical; every beam-4 translation of ours that ends with EOS gets the same log-probability
+    from CTranslate2's model; and its beam search, close to OpenNMT-py's but not the same, picks
+    the same translation for nearly every sentence."""
+    toolkit, ckpt = TOOLKITS[name], imported(name)
+    translator = _ctranslate2_translator(name, tmp_path / "ct2")
+    texts = _sources(toolkit)
+    caps = _max_lengths(ckpt, toolkit, _expected(toolkit)["beam1"], texts)
+    pieces = [ckpt.tokenizer.source.encode(t, out_type=str) for t in texts]
+    eos = ckpt.config.eos_id
+
+    def theirs(beam: int) -> list[list[str]]:
+        out: list = [None] * len(texts)
+        for cap in sorted(set(caps)):
+            rows = [i for i, c in enumerate(caps) if c == cap]
+            done = translator.translate_batch([pieces[i] for i in rows], beam_size=beam, length_penalty=1.0,
+                                              max_decoding_length=cap, min_decoding_length=0)
+            for i, r in zip(rows, done, strict=True):
+                out[i] = r.hypotheses[0]
+        return out
+
+    def ours(beam: int):
+        return _decode(ckpt, texts, beam, caps)
+
+    greedy = [ckpt.tokenizer.target_pieces([t for t in h.tokens if t != eos]) for h in ours(1)]
+    assert greedy == theirs(1)
+    beam4 = ours(4)
+    ended = [i for i, h in enumerate(beam4) if h.tokens[-1] == eos]
+    targets = [ckpt.tokenizer.target_pieces(beam4[i].tokens[:-1]) for i in ended]
+    scored = translator.score_batch([pieces[i] for i in ended], targets)
+    for i, s in zip(ended, scored, strict=True):
+        assert abs(sum(s.log_probs) - beam4[i].sum_logprobs) < 1e-3, f"sentence {i}"
+    same = sum(ckpt.tokenizer.target_pieces([t for t in h.tokens if t != eos]) == t
+               for h, t in zip(beam4, theirs(4), strict=True))
+    assert same >= 0.95 * len(texts), f"beam 4: {same}/{len(texts)} identical to CTranslate2's"
+
+
+# ---- what is refused ---------------------------------------------------------------------
+REFUSED = {
+    "opennmt_py/rnn.pt": ("encoder_type='rnn'", "decoder_type='rnn'"),
+    "opennmt_py/relative.pt": ("max_relative_positions=",),
+    "fairseq/lstm.pt": ("arch='lstm'",),
+    "eole/relative": ("position_encoding_type='Relative'",),
+}
+
+
+@pytest.mark.parametrize("path", [p for p in REFUSED if (FIXTURES / p).exists()])
+def test_a_checkpoint_nmtserve_cannot_serve_is_refused_naming_every_reason(path, tmp_path):
+    """Not a Transformer encoder-decoder, or options nmtserve does not support: one error naming
+    every such option, exit status 2, nothing written."""
+    repo = tmp_path / "repository"
+    done = subprocess.run([sys.executable, "-m", "nmtserve.cli", "export", str(FIXTURES / path), "-r", str(repo)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    for reason in REFUSED[path]:
+        assert reason in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not repo.exists()
+
+
+def test_a_path_of_no_known_format_names_the_formats(tmp_path):
+    (tmp_path / "weights.pt").write_bytes(b"not a checkpoint")
+    done = subprocess.run([sys.executable, "-m", "nmtserve.cli", "export", str(tmp_path / "weights.pt"), "-r",
+                           str(tmp_path / "repository")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert "OpenNMT-py" in done.stderr and "fairseq" in done.stderr and "eole" in done.stderr, done.stderr
+
+
+def test_a_missing_tokenizer_is_named_with_the_flag_that_gives_it(tmp_path):
+    shutil.copy(FIXTURES / "opennmt_py" / "model.pt", tmp_path / "model.pt")
+    done = subprocess.run([sys.executable, "-m", "nmtserve.cli", "export", str(tmp_path / "model.pt"), "-r",
+                           str(tmp_path / "repository")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "--tokenizer" in done.stderr, done.stderr

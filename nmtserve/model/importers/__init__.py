@@ -119,9 +119,12 @@ def _holding(path: Path) -> tuple[Path, Any]:
     pickled = _pickle_file(path)
     if pickled is None:
         return path, None
-    from .base import load_pickled
+    from .base import ImportFailure, load_pickled
 
-    return pickled, load_pickled(pickled)
+    try:
+        return pickled, load_pickled(pickled)
+    except ImportFailure as exc:
+        raise UnknownFormat(f"{exc}\nFormats nmtserve reads: {formats_help()}") from exc
 
 
 def detect(path: Path) -> tuple[Format, Path, Any]:

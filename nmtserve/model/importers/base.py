@@ -78,10 +78,13 @@ def load_pickled(path: Path) -> Any:
         with torch.serialization.safe_globals([argparse.Namespace]):
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        raise ImportFailure(
-            f"{path}: holds objects that cannot be loaded safely (weights_only): {str(exc).splitlines()[0]}") from exc
-    except (OSError, RuntimeError, EOFError, ValueError) as exc:
-        raise ImportFailure(f"{path}: cannot be read as a PyTorch file ({exc})") from exc
+        # torch's message: the offending global is on a line "WeightsUnpickler error: ..."
+        detail = next((line.strip() for line in str(exc).splitlines() if "Unsupported global" in line
+                       or "WeightsUnpickler error" in line), str(exc).splitlines()[-1].strip())
+        raise ImportFailure(f"{path}: not a PyTorch file that loads without running code from it "
+                            f"(torch.load weights_only=True: {detail})") from exc
+    except Exception as exc:  # noqa: BLE001 - a corrupt or foreign file fails in many ways inside the unpickler
+        raise ImportFailure(f"{path}: cannot be read as a PyTorch file ({type(exc).__name__}: {exc})") from exc
 
 
 # ---- the weight map ---------------------------------------------------------------------------
