@@ -54,6 +54,14 @@ ELSEWHERE = {
     "TEXT         I have three red apples.": "tests/test_alignment.py::test_alignment_is_served_in_the_pharaoh_format "
                                              "(a table of tensors, not a command)",
     "nmtserve export path/to/checkpoint --repository model_repository --target gpu": "tests/test_gpu_deploy.py",
+    "nmtserve export run/model_step_20000.pt": "tests/test_toolkits.py (OpenNMT-py checkpoints it trained, exported "
+                                               "and served)",
+    "nmtserve export run/model --repository": "tests/test_toolkits.py (eole directories)",
+    "nmtserve export checkpoints/checkpoint_best.pt": "tests/test_toolkits.py (fairseq checkpoints, --tokenizer)",
+    "nmtserve export: error: load: rnn.pt": "tests/test_toolkits.py::"
+                                            "test_a_checkpoint_nmtserve_cannot_serve_is_refused_naming_every_reason",
+    # docs/importers.md's declaration: the only block of the pages that opens with a brace
+    "{": "tests/test_toolkits.py::test_the_documented_declaration_is_the_fixtures",
 }
 RUN = (
     "curl -s localhost:8000/v2/models/translate/infer",

@@ -274,3 +274,14 @@ def test_a_missing_tokenizer_is_named_with_the_flag_that_gives_it(tmp_path):
     done = subprocess.run([sys.executable, "-m", "nmtserve.cli", "export", str(tmp_path / "model.pt"), "-r",
                            str(tmp_path / "repository")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and "--tokenizer" in done.stderr, done.stderr
+
+
+def test_the_documented_declaration_is_the_fixtures():
+    """docs/importers.md's worked example is the declaration the tutorial's fixture is imported with."""
+    import re
+
+    page = (Path(__file__).parents[1] / "docs" / "importers.md").read_text(encoding="utf-8")
+    documented = json.loads(re.search(r"```json\n(.*?)```", page, re.DOTALL)[1])
+    fixture = json.loads((FIXTURES / "torch_tutorial" / "declaration.json").read_text(encoding="utf-8"))
+    fixture.pop("comment")
+    assert documented == fixture
