@@ -77,7 +77,7 @@ FORMATS: tuple[Format, ...] = (
     Format("marian", "Hugging Face Marian / opus-mt directory (model_type marian)", "marian", _hf(("marian",))),
     Format("hf-multilingual", "Hugging Face NLLB-200 / M2M100 / mBART-50 directory (model_type m2m_100, mbart)",
            "hf_multilingual", _hf(("m2m_100", "mbart"))),
-    Format("opennmt-py", "OpenNMT-py 2.x/3.x transformer checkpoint (.pt with model, generator, vocab, opt)",
+    Format("opennmt-py", "OpenNMT-py 3.x transformer checkpoint (.pt with model, generator, vocab, opt)",
            "opennmt", _is_opennmt),
     Format("eole", "eole model directory (config.json + model.00.safetensors + vocab.json)", "eole", _is_eole),
     Format("fairseq", "fairseq transformer checkpoint (.pt with cfg/args, dict.<lang>.txt beside it)",
