@@ -151,24 +151,27 @@ def fill_missing_biases(config: TransformerConfig, state: dict[str, torch.Tensor
 
 
 def check_against_model(config: TransformerConfig, state: Mapping[str, torch.Tensor], origin: Mapping[str, str],
-                        problems: list[str], toolkit: str) -> None:
-    """Missing, surplus and mis-shaped tensors, named as the toolkit names them, before any allocation."""
+                        problems: list[str], toolkit: str, *, their_name: Callable[[str], str] | None = None,
+                        reported: Iterable[str] = ()) -> None:
+    """Missing, surplus and mis-shaped tensors, named as the toolkit names them (``their_name`` of
+    a missing nmtserve name; else nmtserve's), before any allocation. ``reported``: names whose
+    absence a caller has already explained (tied tables)."""
     with torch.device("meta"):
         model = Transformer(config)
     expected, seen = {}, set()
     for name, tensor in model.state_dict(keep_vars=True).items():
-        if id(tensor) not in seen:
+        if id(tensor) not in seen:  # a tied weight is stored once, under its first name
             seen.add(id(tensor))
             expected[name] = tensor.shape
-    computed = set(model.computed_buffers())
-    missing = sorted(k for k in expected.keys() - state.keys() - computed)
+    absent = expected.keys() - state.keys() - set(model.computed_buffers()) - set(reported)
+    missing = sorted((their_name or (lambda k: k))(k) for k in absent)
     surplus = sorted(origin.get(k, k) for k in state.keys() - expected.keys())
     shapes = [f"{origin.get(k, k)}: checkpoint {tuple(state[k].shape)} != model {tuple(shape)}"
               for k, shape in expected.items() if k in state and state[k].shape != shape]
     if missing:
-        problems.append(f"missing tensors (nmtserve names): {', '.join(missing)}")
+        problems.append(f"missing tensors{'' if their_name else ' (nmtserve names)'}: {', '.join(missing)}")
     if surplus:
-        problems.append(f"tensors that a {toolkit} Transformer of this config does not have: {', '.join(surplus)}")
+        problems.append(f"tensors that {toolkit} does not have: {', '.join(surplus)}")
     if shapes:
         problems.append("shape mismatches: " + "; ".join(shapes))
 

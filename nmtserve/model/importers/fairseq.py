@@ -239,7 +239,7 @@ def load(path: Path, options: ImportOptions, held: Mapping[str, Any] | None = No
         pad_id=pad, bos_id=2, eos_id=2, unk_id=3,  # the decoder starts with EOS
     )
     if config is not None:
-        check_against_model(config, state, origin, problems, TOOLKIT)
+        check_against_model(config, state, origin, problems, f"a {TOOLKIT} Transformer of this config")
     spm_name = _bpe(held).get("sentencepiece_model")
     bpe = _bpe(held).get("_name") or (_bpe(held) and "?")
     if bpe and bpe != "sentencepiece" and options.tokenizer is None:

@@ -40,7 +40,7 @@ import torch
 from ..checkpoint import Checkpoint, build_model
 from ..config import ConfigError, TransformerConfig
 from ..transformer import Transformer, sinusoidal_positions
-from .base import ImportFailure, OptionRule, broken_rules, place_embeddings
+from .base import ImportFailure, OptionRule, broken_rules, check_against_model, place_embeddings
 from .hf_files import (
     _LAYER_KEY,
     ACTIVATIONS,
@@ -303,29 +303,6 @@ def _check_sinusoids(weights: Mapping[str, torch.Tensor], d_model: int, pad: int
                 problems.append(f"{key} is not M2M100's sinusoid table")
 
 
-def _check_against_model(config: TransformerConfig, family: Family, state: Mapping[str, torch.Tensor],
-                         origin: Mapping[str, str], problems: list[str]) -> None:
-    """Missing, surplus and mis-shaped tensors, named as transformers names them, before any allocation."""
-    with torch.device("meta"):
-        model = Transformer(config)
-    expected, seen = {}, set()
-    for name, tensor in model.state_dict(keep_vars=True).items():
-        if id(tensor) not in seen:  # a tied weight is stored once, under its first name
-            seen.add(id(tensor))
-            expected[name] = tensor.shape
-    # A missing token table is reported where the tie rules are applied, with what it could be tied to.
-    missing = sorted(_hf_name(k) for k in expected.keys() - state.keys() - set(EMBEDDING_TARGETS.values()))
-    surplus = sorted(origin.get(k, k) for k in state.keys() - expected.keys())
-    shapes = [f"{origin.get(k, k)}: checkpoint {tuple(state[k].shape)} != model {tuple(shape)}"
-              for k, shape in expected.items() if k in state and state[k].shape != shape]
-    if missing:
-        problems.append(f"missing tensors: {', '.join(missing)}")
-    if surplus:
-        problems.append(f"tensors that {family.architecture} does not have: {', '.join(surplus)}")
-    if shapes:
-        problems.append("shape mismatches: " + "; ".join(shapes))
-
-
 def multilingual_to_nmtserve(files: MultilingualFiles, *, unk_id: int | None = None
                              ) -> tuple[TransformerConfig, dict[str, torch.Tensor]]:
     """The nmtserve config and state dict (fp32) of the directory; one error lists all problems.
@@ -392,7 +369,9 @@ def multilingual_to_nmtserve(files: MultilingualFiles, *, unk_id: int | None = N
     except (ConfigError, TypeError, ValueError) as exc:
         problems.append(str(exc))
     if config is not None:
-        _check_against_model(config, family, state, origin, problems)
+        # A missing token table is reported where the tie rules are applied, with what it could be tied to.
+        check_against_model(config, state, origin, problems, family.architecture, their_name=_hf_name,
+                            reported=EMBEDDING_TARGETS.values())
     if problems:
         raise MultilingualImportError(_message(files.path, problems))
     return config, state

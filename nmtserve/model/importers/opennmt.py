@@ -191,7 +191,7 @@ def _assemble(path: Path, toolkit: str, problems: Problems, *, weights: dict[str
     )
     problems.check()
     added = fill_missing_biases(config, state)
-    check_against_model(config, state, origin, problems, toolkit)
+    check_against_model(config, state, origin, problems, f"a {toolkit} Transformer of this config")
     source_spm = find_file(spm[0], path if path.is_dir() else path.parent, options.tokenizer, problems,
                            "the source sentencepiece model")
     target_spm = None

@@ -217,7 +217,7 @@ def load(path: Path, options: ImportOptions) -> Checkpoint:
         pad_id=specials["pad"], bos_id=specials["bos"], eos_id=specials["eos"], unk_id=specials["unk"],
     )
     if config is not None:
-        check_against_model(config, state, {}, problems, FORMAT)
+        check_against_model(config, state, {}, problems, f"a {FORMAT} of this config")
     problems.check()
     decoding = spec.get("decoding", {})
     ids = {"bos": config.bos_id, "eos": config.eos_id}
