@@ -285,3 +285,21 @@ def test_the_documented_declaration_is_the_fixtures():
     fixture = json.loads((FIXTURES / "torch_tutorial" / "declaration.json").read_text(encoding="utf-8"))
     fixture.pop("comment")
     assert documented == fixture
+
+
+@pytest.mark.server
+def test_fairseqs_forced_eos_at_the_length_limit_is_served(imported, served):
+    """fairseq forces EOS at the last step whatever its rank: the served engine fetches that step's
+    full log-probs (its candidates need not hold EOS) and ends as the reference decode does."""
+    from nmtserve.client import Translator
+
+    name = "fairseq"
+    if name not in TOOLKITS:
+        pytest.skip("no fairseq fixture")
+    ckpt, texts = imported(name), _sources(TOOLKITS[name])[:40]
+    cap = 6  # shorter than every translation: each one ends at the cap
+    want = [ckpt.tokenizer.decode(h.tokens) for h in _decode(ckpt, texts, 4, [cap] * len(texts))]
+    assert all(h.tokens[-1] == ckpt.config.eos_id for h in _decode(ckpt, texts, 4, [cap] * len(texts)))
+    with Translator(served(name).urls.grpc_address) as client:
+        got = [t.text for t in client.translate(texts, beam_size=4, max_length=cap, split_sentences=False)]
+    assert got == want

@@ -38,9 +38,10 @@ as a tie at a hypothesis' cut-off kept its lower ids (ONNX TopK's rule).
 ``rule`` picks whose beam search this is, so that an imported model decodes as its toolkit did
 (``RULES``): "transformers" (the rules above); "fairseq" (``SequenceGenerator``: as transformers
 with ``early_stopping=True``, K finished at most, first come, and at the maximum length every
-hypothesis ends with EOS, its log-probability added: on ``Candidates``, where EOS is among a
-hypothesis' candidates, else it ends as transformers' rule ends it); "opennmt" (OpenNMT-py's and eole's ``BeamSearch``: a step keeps only
-its top ``K`` candidates, those ending in EOS finish and the others run on, so fewer than ``K``
+hypothesis ends with EOS, its log-probability added: a step needs the full log-probs there
+(``wants_log_probs``; on ``Candidates`` alone a hypothesis without EOS among them ends as
+transformers' rule ends it); "opennmt" (OpenNMT-py's and eole's ``BeamSearch``: a step keeps
+only its top ``K`` candidates, those ending in EOS finish and the others run on, so fewer than ``K``
 beams may run; a sentence is done at a step whose best candidate ended in EOS once
 ``num_hypotheses`` have finished; the length penalty counts the decoder start token too, so a
 score is ``sum of log-probs / (generated length + 1) ** length_penalty``).
@@ -455,6 +456,12 @@ class BeamBatch:
         self.tokens[:b], self.parents[:b], self.scores[:b], self.t[:b] = tokens, parents, scores, gen_len
         self.top_finished[:b] = is_eos[:, 0] & (top_scores[:, 0] > -np.inf)
         self.done[:b] = at_max | self._cannot_improve(scores[:, 0], counted)
+
+    @property
+    def wants_log_probs(self) -> bool:
+        """Whether this step needs every token's log-probability, not just ``Candidates``: a
+        "fairseq" row at its last step, where EOS is forced whether or not it is a candidate."""
+        return bool(self._eos_forced().any())
 
     def _eos_forced(self) -> np.ndarray:
         """Rows of the "fairseq" rule at their last step, where only EOS may follow (b,)."""

@@ -447,9 +447,11 @@ class InflightBatcher:
                 continue
             group.fit_width(0)
             t_lo = int(group.start[: group.size].min())  # the oldest row's start: the window read
-            aligning = group.search.wants_attention
+            outputs = ALIGNING_OUTPUTS if group.search.wants_attention else graphs.STEP_OUTPUTS
+            if group.search.wants_log_probs:  # rare: a step whose rule needs every token (fairseq's last)
+                outputs = (*outputs, "log_probs")
             feeds = self._feeds(group, t_lo)
-            out = self.runtime.run_step(feeds, ALIGNING_OUTPUTS) if aligning else self.runtime.run_step(feeds)
+            out = self.runtime.run_step(feeds, outputs)
             self._store_new_kv(group, out)
             self._advance(group, out, t_lo)
             self._retire_finished(beam, group)
@@ -489,8 +491,11 @@ class InflightBatcher:
         attention = out.get(graphs.ATTENTION)
         if attention is not None:  # each hypothesis' most attended source position (b, K)
             attention = self.arrays.asnumpy(attention.argmax(-1))
-        group.search.advance(Candidates(self.arrays.asnumpy(out["top_log_probs"][..., :m]),
-                                        self.arrays.asnumpy(out["top_ids"][..., :m]), self.spec.vocab), attention)
+        if "log_probs" in out:
+            group.search.advance(self.arrays.asnumpy(out["log_probs"]), attention)
+        else:
+            group.search.advance(Candidates(self.arrays.asnumpy(out["top_log_probs"][..., :m]),
+                                            self.arrays.asnumpy(out["top_ids"][..., :m]), self.spec.vocab), attention)
         window = group.table[:b, :, t_lo : g + 1]
         group.table[:b, :, t_lo : g + 1] = window[np.arange(b)[:, None], group.search.parents[:b]]
 
