@@ -451,7 +451,7 @@ class InflightBatcher:
             if group.search.wants_log_probs:  # rare: a step whose rule needs every token (fairseq's last)
                 outputs = (*outputs, "log_probs")
             feeds = self._feeds(group, t_lo)
-            out = self.runtime.run_step(feeds, outputs)
+            out = self.runtime.run_step(feeds) if outputs is graphs.STEP_OUTPUTS else self.runtime.run_step(feeds, outputs)
             self._store_new_kv(group, out)
             self._advance(group, out, t_lo)
             self._retire_finished(beam, group)
