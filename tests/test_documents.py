@@ -1,4 +1,5 @@
-"""Documents to sentences and back (nmtserve.documents): plain text, Markdown, HTML."""
+"""Documents to sentences and back (nmtserve.documents): plain text, Markdown, HTML, XML (its
+own rules: tests/test_documents_xml.py)."""
 
 from __future__ import annotations
 
@@ -173,8 +174,33 @@ def html_document(rng: random.Random) -> str:
     return "".join(out)
 
 
+XML_TAG_NAMES = ["p", "par", "title", "b", "i", "x", "ph", "ns:tag"]
+XML_MISC = ["<x/>", '<x id="7"></x>', "<ph/>", "<!-- comment. -->", "<?pi x. y?>", "<![CDATA[a. <b>]]>",
+            "&amp;", "&lt;", "&gt;", "&quot;", "&#x41;", "&#233;"]
+
+
+def xml_document(rng: random.Random, depth: int = 0) -> str:
+    """Well-formed XML (a fragment, or a whole document with a prolog): what DeepL's
+    tag_handling=xml takes."""
+    out = []
+    for _ in range(rng.randint(0, 12 if depth == 0 else 6)):
+        r = rng.random()
+        if r < 0.45:
+            out.append(words(rng, rng.randint(1, 6)).replace("\f", " ").replace("\v", " "))  # not XML characters
+        elif r < 0.7 and depth < 4:
+            tag = rng.choice(XML_TAG_NAMES)
+            attributes = rng.choice(["", ' a="1 &amp; 2"', " b='x. y'"])
+            out.append(f"<{tag}{attributes}>{xml_document(rng, depth + 1)}</{tag}>")
+        else:
+            out.append(rng.choice(XML_MISC))
+    text = "".join(out)
+    if depth == 0 and rng.random() < 0.3:
+        text = f'<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE doc>\n<doc>{text}</doc>\n'
+    return text
+
+
 GENERATORS = {"plain": lambda rng: words(rng, rng.randint(0, 40)),
-              "markdown": markdown_document, "html": html_document}
+              "markdown": markdown_document, "html": html_document, "xml": xml_document}
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -324,6 +350,14 @@ def test_html_tags_attributes_and_untranslated_content_survive():
     assert_only_sentences_change(HTML, "html")
 
 
+def test_html_class_notranslate_is_translate_no():
+    text = ('<p class="intro notranslate">Brand. Name.</p><p class="NoTranslate">Acme.</p>'
+            '<p class="notranslate" translate="yes">Yes. Translated.</p><p class="x">Go on.</p>')
+    assert segment(text, "html").sentences == ["Yes.", "Translated.", "Go on."]
+    doc = segment('<div class="notranslate">Kept. <span translate="yes">Except this.</span></div>', "html")
+    assert doc.sentences == ["<x1/><g2>Except this.</g2>"]
+
+
 def test_html_placeholders_move_and_damage_is_repaired():
     doc = segment('<p>Click <a href="x">here</a> to run <code>go</code>.</p>', "html")
     assert doc.sentences == ["Click <g1>here</g1> to run <x2/>."]
@@ -364,7 +398,7 @@ def test_unclosed_markup_is_not_quadratic():
 # -- bad input
 
 def test_unknown_format():
-    with pytest.raises(DocumentError, match="unknown document format 'docx': expected one of plain, markdown, html"):
+    with pytest.raises(DocumentError, match="unknown document format 'docx': expected one of plain, markdown, html, xml"):
         segment("x", "docx")
 
 

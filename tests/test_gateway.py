@@ -326,7 +326,7 @@ def test_bad_files_and_deepl_requests_and_the_gateway_keeps_serving(gateway):
     assert "'source_lang' not supported" in error(
         gateway.post("/v2/translate", json={"text": [ONE], "target_lang": "FR", "source_lang": "JA"}), 400, "message")
     assert "'tag_handling' not supported" in error(
-        gateway.post("/v2/translate", json={"text": [ONE], "target_lang": "FR", "tag_handling": "xml"}), 400, "message")
+        gateway.post("/v2/translate", json={"text": [ONE], "target_lang": "FR", "tag_handling": "yaml"}), 400, "message")
     assert "'text' not supported" in error(
         gateway.post("/v2/translate", json={"text": [ONE, 3], "target_lang": "FR"}), 400, "message")
     assert ok(gateway.post("/translate", json={"q": ONE, "source": "en", "target": "fr"}))["translatedText"] == (

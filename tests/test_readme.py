@@ -60,6 +60,10 @@ ELSEWHERE = {
     "nmtserve export checkpoints/checkpoint_best.pt": "tests/test_toolkits.py (fairseq checkpoints, --tokenizer)",
     "nmtserve export: error: load: rnn.pt": "tests/test_toolkits.py::"
                                             "test_a_checkpoint_nmtserve_cannot_serve_is_refused_naming_every_reason",
+    "curl -s localhost:5000/v2/translate -H 'Authorization: DeepL-Auth-Key KEY'": (
+        "tests/test_gateway_weblate.py::test_the_weblate_curl_examples_answer_as_shown (docs/gateway.md)"),
+    "from nmtserve.documents import XmlRules, segment": (
+        "tests/test_documents_xml.py::test_the_documented_example_prints_what_docs_documents_md_shows"),
     # docs/importers.md's declaration: the only block of the pages that opens with a brace
     "{": "tests/test_toolkits.py::test_the_documented_declaration_is_the_fixtures",
 }

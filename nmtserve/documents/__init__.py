@@ -1,4 +1,4 @@
-"""Translate whole documents: cut plain text, Markdown or HTML into sentences and put the
+"""Translate whole documents: cut plain text, Markdown, HTML or XML into sentences and put the
 translations back into the original structure.
 
     from nmtserve.documents import segment, translate_document
@@ -9,8 +9,8 @@ translations back into the original structure.
 
 Pure Python; no Triton, torch or other nmtserve module. Sentences are found by ``sentencex``
 (Wikimedia's rule-based segmenter, ~300 languages, ``language`` picks its rules), Markdown is
-parsed by ``markdown-it-py`` (CommonMark, plus GFM tables and ``~~strikethrough~~``) and HTML by
-the standard library's ``html.parser``. None of them rewrites the document: every piece of the
+parsed by ``markdown-it-py`` (CommonMark, plus GFM tables and ``~~strikethrough~~``), HTML by
+the standard library's ``html.parser`` and XML by its ``expat``. None of them rewrites the document: every piece of the
 output that is not a translated sentence is a byte-for-byte slice of the input, so rendering
 with the sentences themselves gives the input back, and a translation equal to its sentence is
 put back as the original source text.
@@ -43,12 +43,25 @@ html
     Block-level tags (every tag not in ``INLINE_TAGS``), ``<br>``, comments, doctype, CDATA and
     processing instructions end a run and are kept as written. Nothing inside ``code``,
     ``kbd``, ``samp``, ``var``, ``pre``, ``script``, ``style``, ``textarea``, ``svg``, ``math``
-    or an element with ``translate="no"`` is translated (``translate="yes"`` turns translation
-    back on below a ``translate="no"``, not below the listed elements). Attribute values
+    or an element with ``translate="no"`` or the class ``notranslate`` is translated (its own
+    ``translate`` attribute decides over its class; ``translate="yes"`` turns translation back
+    on below either, not below the listed elements). Attribute values
     (``alt``, ``title``...) are not translated. The HTML need not be well formed: unclosed and
     stray tags are kept as written, an end tag closes the innermost open element of its name
     (no implied end tags: ``<p translate="no">a<p>b`` leaves "b" untranslated too), and an
     unclosed ``<!--`` comments out the rest of the document, as in browsers.
+xml
+    DeepL's ``tag_handling=xml`` (``_xml.XmlRules``: ``ignore_tags``, ``splitting_tags``,
+    ``non_splitting_tags``, ``outline_detection``, whether a line break ends a run). The text is
+    a whole document or a fragment (text and elements side by side, as DeepL's texts are); it
+    must be well formed, and may not declare entities (``MarkupError``, naming the line and
+    column: nothing is ever expanded or fetched). By default an element ends a run when its
+    parent holds no text of its own (structure: ``<title>``, ``<par>``), and is inline markup
+    when it does (``<b>`` in ``<par>Press <b>Go</b>.</par>``). An empty element (``<x/>``,
+    ``<x id="7"></x>``) and an element of ``ignore_tags`` (content and all) is one atomic span;
+    comments, processing instructions and CDATA sections end a run and are kept as written;
+    attribute values are not translated. Entities: the five predefined and character
+    references.
 Inline markup (Markdown emphasis, strikethrough, links, code spans, images, autolinks, inline
 HTML; HTML inline tags such as ``<b>``, ``<a href>``, ``<span>``, ``<img>``)
     stays in the sentence as a placeholder, in the style of XLIFF: the two markers of a pair
@@ -73,7 +86,7 @@ Entities and escapes
     a leading ``# > - + =`` or ``1.``/``1)`` that could start a block.
 
 Bad input raises ``DocumentError`` (a ``ValueError``): ``text`` not a ``str``, an unknown
-format, more than ``max_chars`` characters, or a character typical of binary data (NUL and
+format, markup that cannot be read (``MarkupError``), more than ``max_chars`` characters, or a character typical of binary data (NUL and
 the other C0 controls except tab, line feed, vertical tab, form feed and carriage return; DEL;
 lone surrogates; U+FFFE/U+FFFF), with its offset, line and column. Translations that do not
 fit their sentences (wrong count, not strings) raise ``TranslationMismatchError``.
@@ -89,8 +102,8 @@ from dataclasses import dataclass, field
 from ._align import place, source_layout
 from ._core import (
     DEFAULT_MAX_CHARS,
-    FORMATS,
     DocumentError,
+    MarkupError,
     TranslationMismatchError,
     _Piece,
     _Slot,
@@ -99,6 +112,7 @@ from ._html import _html_escape, _html_runs
 from ._markdown import _markdown_escape, _markdown_runs
 from ._plain import _plain_escape, _plain_runs
 from ._sentences import _render_sentence, _sentences_of_run
+from ._xml import XmlRules, _xml_escape, _xml_runs
 
 __all__ = [
     "DEFAULT_MAX_CHARS",
@@ -106,8 +120,10 @@ __all__ = [
     "INLINE_TAGS",
     "NO_TRANSLATE_TAGS",
     "DocumentError",
+    "MarkupError",
     "Segmented",
     "TranslationMismatchError",
+    "XmlRules",
     "segment",
     "translate_document",
 ]
@@ -179,18 +195,22 @@ class Segmented:
 
 
 def segment(text: str, fmt: str, *, language: str = "en",
-            max_chars: int = DEFAULT_MAX_CHARS) -> Segmented:
+            max_chars: int = DEFAULT_MAX_CHARS, xml: XmlRules | None = None) -> Segmented:
     """Cut ``text`` (``fmt`` one of ``FORMATS``) into the sentences to translate.
 
     ``language`` is the source language code for the segmenter's rules (ISO 639, e.g. "en",
-    "de", "ja"; unknown codes fall back to its generic rules). Raises ``DocumentError`` for a
-    document that is not text, longer than ``max_chars`` characters, or in an unknown format,
-    and ``ValueError`` for an empty ``language``.
+    "de", "ja"; unknown codes fall back to its generic rules). ``xml``: the rules of an "xml"
+    document (default ``XmlRules()``). Raises ``DocumentError`` for a document that is not
+    text, longer than ``max_chars`` characters, in an unknown format, or whose markup cannot be
+    read (``MarkupError``), and ``ValueError`` for an empty ``language`` or ``xml`` rules given
+    for another format.
     """
     _check_document(text, fmt, max_chars)
     if not isinstance(language, str) or not language.strip():
         raise ValueError(f"language must be a language code such as 'en', got {language!r}")
-    runs = _RUNS[fmt](text)
+    if xml is not None and fmt != "xml":
+        raise ValueError(f"xml rules are for the xml format, not {fmt}")
+    runs = _xml_runs(text, xml) if xml is not None else _RUNS[fmt](text)
     slots: list[_Slot] = []
     for run in runs:
         slots.extend(_sentences_of_run(text, run, language))
@@ -201,14 +221,15 @@ def segment(text: str, fmt: str, *, language: str = "en",
 
 
 def translate_document(text: str, fmt: str, translate: Callable[[list[str]], Sequence[str]], *,
-                       language: str = "en", max_chars: int = DEFAULT_MAX_CHARS) -> str:
+                       language: str = "en", max_chars: int = DEFAULT_MAX_CHARS,
+                       xml: XmlRules | None = None) -> str:
     """Translate a document: ``segment``, one call of ``translate`` for all sentences, render.
 
     ``translate`` gets the list of sentences and must return one translation per sentence, in
     order. It is not called when the document has no sentence (empty, whitespace, only code);
     the document then comes back unchanged.
     """
-    doc = segment(text, fmt, language=language, max_chars=max_chars)
+    doc = segment(text, fmt, language=language, max_chars=max_chars, xml=xml)
     if not doc.sentences:
         return text
     translations = translate(list(doc.sentences))
@@ -250,10 +271,13 @@ def _check_document(text: object, fmt: object, max_chars: int) -> None:
 
 
 _ESCAPERS: dict[str, Callable[[str, bool], str]] = {
-    "plain": _plain_escape, "markdown": _markdown_escape, "html": _html_escape}
-
-
+    "plain": _plain_escape, "markdown": _markdown_escape, "html": _html_escape, "xml": _xml_escape}
 
 
 _RUNS: dict[str, Callable[[str], list[list[_Piece]]]] = {
-    "plain": _plain_runs, "markdown": _markdown_runs, "html": _html_runs}
+    "plain": _plain_runs, "markdown": _markdown_runs, "html": _html_runs,
+    "xml": lambda text: _xml_runs(text, XmlRules())}
+
+# The formats this layer reads. The translate_document model takes those of the contract
+# (contract.DOCUMENT_FORMATS), which are among them.
+FORMATS: tuple[str, ...] = tuple(_RUNS)

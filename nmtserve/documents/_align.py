@@ -125,12 +125,15 @@ def place(slot: _Slot, translation: str, alignment: Sequence[tuple[int, int]]) -
             elided.add(lo)  # "L'" renders "The", before the span: "L'<b>oiseau</b>"
         before[lo].append((_marker(_OPEN, number), starts_bare))
         after[hi].insert(0, (_marker(_CLOSE, number), ends_bare))  # an inner pair closes first
+    leading: list[tuple[str, bool]] = []  # placeholders before every aligned word: at the start, in order
     for number, anchor in atomic:
         hits = [t for s in range(anchor) for t in to_target.get(s, ())]
         if hits:
             after[max(hits)].append((" " + _marker(_CODE, number), False))
         else:
-            before[0].insert(0, (_marker(_CODE, number) + " ", False))
+            leading.append((_marker(_CODE, number) + " ", False))
+    if leading:
+        before[0][0:0] = leading
     out = []
     for i, word in enumerate(target):
         lead = _ELISION.match(word) if i in elided else _LEADING.search(word)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .. import contract, defaults
+from .. import defaults
 
-FORMATS = contract.DOCUMENT_FORMATS
 DEFAULT_MAX_CHARS = defaults.MAX_DOCUMENT_CHARS
 
 # HTML elements that sit inside a sentence (phrasing content); any other tag ends a run.
@@ -22,6 +21,10 @@ _VOID_TAGS = frozenset(
 
 class DocumentError(ValueError):
     """The document cannot be translated: not text, too long, binary, or an unknown format."""
+
+
+class MarkupError(DocumentError):
+    """The markup cannot be read: XML that is not well formed, or that declares an entity."""
 
 
 class TranslationMismatchError(RuntimeError):

@@ -192,6 +192,10 @@ def _child(parent: _Element, tag: str, attrs: list[tuple[str, str | None]]) -> _
             return _Element(tag, True, False)
         if value == "no":
             return _Element(tag, False, False)
+    # class="notranslate": Google's and DeepL's convention, for pages that cannot say translate="no"
+    classes = next((v for name, v in attrs if name == "class"), None) or ""
+    if "notranslate" in classes.lower().split():
+        return _Element(tag, False, False)
     return _Element(tag, parent.translate, False)
 
 

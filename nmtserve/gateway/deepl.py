@@ -1,8 +1,10 @@
 """A subset of DeepL's API v2, enough for DeepL's own client libraries and the tools built on them.
 
     POST /v2/translate   text (a list; a form repeats it), target_lang, source_lang (optional:
-                         detected per text), tag_handling=html, split_sentences (0: each text
-                         whole; 1 and nonewlines: sentence by sentence), show_billed_characters
+                         detected per text), tag_handling=html|xml (xml: ignore_tags,
+                         splitting_tags, non_splitting_tags, outline_detection), split_sentences
+                         (0: each text whole; 1 and nonewlines: sentence by sentence),
+                         show_billed_characters
                          -> {"translations": [{"detected_source_language", "text"(, "billed_characters")}]}
     GET|POST /v2/languages?type=source|target   [{"language", "name"(, "supports_formality")}]
 
@@ -15,6 +17,15 @@ body size, 429 too many requests, 500 a failed translation, 503 Triton unavailab
 "Value for 'source_lang' not supported: text[1]: this looks like French; this server translates
 from English (detected FR; ...)" (DeepL itself detects among its own languages only, and has no
 error for this: a wrong-language text is best refused as a source_lang it lacks).
+
+``tag_handling=xml`` (what Weblate sends, its placeholders as ``<x id="7"></x>`` with
+``ignore_tags=x``) is read here, by ``nmtserve.documents`` (its "xml" format and ``XmlRules``):
+XML that is not well formed, or that declares an entity, is DeepL's 400 "Tag handling parsing
+failed, please check input." Each text's sentences go to the model without their markup, all
+texts in one request, and the markup is put back by the decoder's word alignments
+(``documents._align``), so every placeholder comes back exactly once and the text around it is
+the plain translation. ``split_sentences=1`` (DeepL's default) also ends a sentence at a line
+break; 0 reads as nonewlines (the document's structure still cuts it).
 """
 
 from __future__ import annotations
@@ -27,6 +38,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from nmtserve.client import InvalidInputError, TranslationError
+from nmtserve.client.errors import local_message
+
 from .errors import (
     BadRequest,
     Forbidden,
@@ -35,6 +49,7 @@ from .errors import (
     TooLarge,
     Unavailable,
     endpoint,
+    from_client,
 )
 from .languages import Catalog
 from .params import read_params
@@ -88,11 +103,16 @@ def _flag(value: Any) -> bool:
 
 
 # DeepL's documented values of the parameters this server takes as DeepL does (its one model has
-# no formality, no glossary and no XML handling: asking for one is refused, as DeepL refuses a
-# target without formality; the "prefer_" forms are a wish, accepted).
+# no formality and no glossary: asking for one is refused, as DeepL refuses a target without
+# formality; the "prefer_" forms are a wish, accepted).
 _FORMALITY_WISHES = ("default", "prefer_more", "prefer_less")
 _FORMALITY_DEMANDS = ("more", "less")
 _MODEL_TYPES = ("quality_optimized", "prefer_quality_optimized", "latency_optimized")
+_TAG_HANDLINGS = ("html", "xml")
+# v2 parses strictly, as this server always does; v1 is DeepL's older placement.
+_TAG_HANDLING_VERSIONS = ("v1", "v2")
+_TAG_LISTS = ("ignore_tags", "splitting_tags", "non_splitting_tags")
+PARSING_FAILED = "Tag handling parsing failed, please check input."
 
 
 def _split_sentences(value: object) -> str:
@@ -106,6 +126,93 @@ def _split_sentences(value: object) -> str:
     raise BadRequest(f"Value for 'split_sentences' not supported: {value!r} (0, 1 or nonewlines).")
 
 
+def _tag_handling(params) -> str | None:
+    value = params.get("tag_handling") or None
+    if value not in (None, *_TAG_HANDLINGS):
+        raise BadRequest(f"Value for 'tag_handling' not supported: {value!r} (html or xml).")
+    version = params.get("tag_handling_version")
+    if version not in (None, "", *_TAG_HANDLING_VERSIONS):
+        raise BadRequest("Value for 'tag_handling_version' not supported.")
+    for name in _TAG_LISTS:  # outline_detection alone changes nothing without xml: ignored, as unknown fields are
+        if value != "xml" and params.get(name) not in (None, "", []):
+            raise BadRequest(f"Value for '{name}' not supported: this server reads it with tag_handling=xml only "
+                             "(with html, translate=\"no\" keeps an element as it is).")
+    return value
+
+
+def _tags(params, name: str) -> frozenset[str]:
+    """DeepL's tag list ``name``: a JSON list or string, or form fields, each comma-separated."""
+    tags: set[str] = set()
+    for value in params.getlist(name):
+        if not isinstance(value, str):
+            raise BadRequest(f"Value for '{name}' not supported: a list of tag names.")
+        tags.update(tag.strip() for tag in value.split(",") if tag.strip())
+    return frozenset(tags)
+
+
+def _outline_detection(value: object) -> bool:
+    """DeepL's ``outline_detection``: a boolean (JSON), "0"/"1" (a form); on by default."""
+    if value is None or value == "":
+        return True
+    if value is True or value is False:
+        return value
+    if isinstance(value, (int, str)) and str(value).lower() in ("0", "1", "true", "false"):
+        return str(value).lower() in ("1", "true")
+    raise BadRequest("Value for 'outline_detection' not supported.")
+
+
+def _xml_documents(params, texts: list[str], languages: list[str], split: str) -> list[Any]:
+    """Each text read as DeepL's XML (``documents.segment``) with the request's rules, its
+    sentences cut by ``languages``' rules; DeepL's 400 for a text that is not well formed."""
+    try:
+        from nmtserve.documents import DocumentError, MarkupError, XmlRules, segment
+    except ImportError:  # the gateway installed without nmtserve[documents] (sentencex)
+        raise BadRequest("Value for 'tag_handling' not supported: 'xml' needs nmtserve[documents] on this "
+                         "gateway.") from None
+    rules = XmlRules(**{name: _tags(params, name) for name in _TAG_LISTS},
+                     outline_detection=_outline_detection(params.get("outline_detection")),
+                     split_on_newlines=split == "1")
+    documents = []
+    for i, (text, language) in enumerate(zip(texts, languages, strict=True)):
+        where = f"text[{i}]: " if len(texts) > 1 else ""
+        try:
+            documents.append(segment(text, "xml", language=language, max_chars=max(len(text), 1), xml=rules))
+        except MarkupError as exc:
+            raise BadRequest(f"{PARSING_FAILED} ({where}{exc})") from None
+        except DocumentError as exc:
+            raise BadRequest(f"Value for 'text' not supported: {where}{exc}") from None
+    return documents
+
+
+async def _translate_xml(service: Service, documents: list[Any], positions: list[int], source: str,
+                         target: str, several: bool) -> list[str]:
+    """The documents translated: every sentence of them in one request, without its markup,
+    with its word alignment, and the markup put back by it (``Segmented.render_aligned``). An
+    error about a sentence names its text (``text[i]``, its place in the request) when
+    ``several``."""
+    options: dict[str, Any] = {"alignment": True, "split_sentences": False,  # cut already, by the XML's rules
+                               **(await service.catalog()).route(source, target)}
+    sentences = [s for document in documents for s in document.without_markup()]
+    owners = [p for document, p in zip(documents, positions, strict=True) for _ in document.sentences]
+    translated = []
+    if sentences:
+        try:
+            translated = await service.translator.translate(sentences, **options)
+        except TranslationError as exc:
+            error = from_client(exc)
+            if isinstance(exc, InvalidInputError):
+                error.message = local_message(exc.message, "a sentence")
+                if exc.index is not None and several:
+                    error.message = f"text[{owners[exc.index]}]: {error.message}"
+            raise error from exc
+    out, start = [], 0
+    for document in documents:
+        part = translated[start:start + len(document.sentences)]
+        start += len(document.sentences)
+        out.append(document.render_aligned([t.text for t in part], [t.alignment or [] for t in part]))
+    return out
+
+
 def _check_unsupported(params) -> None:
     """Refuse what this server cannot do, with DeepL's messages, instead of ignoring it."""
     formality = params.get("formality")
@@ -116,10 +223,6 @@ def _check_unsupported(params) -> None:
     model_type = params.get("model_type")
     if model_type not in (None, "", *_MODEL_TYPES):
         raise BadRequest("Value for 'model_type' not supported.")
-    for name in ("ignore_tags", "non_splitting_tags", "splitting_tags"):
-        if params.get(name):
-            raise BadRequest(f"Value for '{name}' not supported: this server handles HTML only (translate=\"no\" "
-                             "keeps an element as it is).")
 
 
 def routes(service: Service) -> list[Route]:
@@ -152,9 +255,7 @@ def routes(service: Service) -> list[Route]:
             raise BadRequest("Value for 'text' not supported: every text must be a string.")
         if params.get("target_lang") is None:
             raise BadRequest("Parameter 'target_lang' not specified.")
-        tag_handling = params.get("tag_handling") or None
-        if tag_handling not in (None, "html"):
-            raise BadRequest(f"Value for 'tag_handling' not supported: {tag_handling!r} (only 'html').")
+        tag_handling = _tag_handling(params)
         if params.get("glossary_id"):
             raise BadRequest("Value for 'glossary_id' not supported: this server has no glossaries.")
         service.access.check_request(key, texts, api="deepl")  # texts, characters, the key's minute
@@ -162,20 +263,33 @@ def routes(service: Service) -> list[Route]:
         target = _served(params.get("target_lang"), catalog.targets, "target_lang")
         given = params.get("source_lang")
         source = _served(given, catalog.sources, "source_lang") if given else None
-        sources = await sources_of(texts, catalog, source, target)
+        split = _split_sentences(params.get("split_sentences"))
+        _check_unsupported(params)
+        documents: list[Any] = []
+        if tag_handling == "xml":  # read before detection, which then sees the text without its markup
+            documents = _xml_documents(params, texts, [source or "en"] * len(texts), split)
+            shown = [" ".join(document.without_markup()) for document in documents]
+            sources = await sources_of(shown, catalog, source, target)
+            if source is None:  # cut again by each detected language's sentence rules
+                documents = _xml_documents(params, texts, sources, split)
+        else:
+            sources = await sources_of(texts, catalog, source, target)
         groups: dict[str, list[int]] = defaultdict(list)
         for i, s in enumerate(sources):
             groups[s].append(i)
-        html = tag_handling == "html"
-        split = _split_sentences(params.get("split_sentences"))
-        _check_unsupported(params)
-        done = await asyncio.gather(*(service.translate([texts[i] for i in positions], s, target, html=html,
-                                                        split=split != "0")
-                                      for s, positions in groups.items()))
+        if documents:
+            done = await asyncio.gather(*(_translate_xml(service, [documents[i] for i in positions], positions, s,
+                                                         target, len(texts) > 1)
+                                          for s, positions in groups.items()))
+        else:
+            results = await asyncio.gather(*(service.translate([texts[i] for i in positions], s, target,
+                                                               html=tag_handling == "html", split=split != "0")
+                                             for s, positions in groups.items()))
+            done = [[t.text for t in group] for group in results]
         out: list[str] = [""] * len(texts)
         for positions, translated in zip(groups.values(), done, strict=True):
             for i, t in zip(positions, translated, strict=True):
-                out[i] = t.text
+                out[i] = t
         billed = _flag(params.get("show_billed_characters"))
         return JSONResponse({"translations": [
             {"detected_source_language": _deepl_source(s), "text": t,
