@@ -23,6 +23,17 @@ def _add_search_options(p: argparse.ArgumentParser) -> None:
                    help="with --nbest: every hypothesis the server returned, not only the plausible ones")
     g.add_argument("--length-penalty", type=float, default=None, help="score = sum log p / length**alpha (default 1.0)")
     g.add_argument("--max-length", type=int, default=None, help="max generated tokens per sentence")
+    g.add_argument("--min-length", type=int, default=None,
+                   help="fewest generated tokens before the end of sentence (CTranslate2's min_decoding_length)")
+    g.add_argument("--no-repeat-ngram-size", type=int, default=None, metavar="N",
+                   help="no n-gram of N tokens twice in a translation (transformers' no_repeat_ngram_size; 0: off)")
+    g.add_argument("--repetition-penalty", type=float, default=None, metavar="THETA",
+                   help="a token already in the translation scores log p * THETA (transformers' beam-search "
+                        "repetition_penalty; 1: off, 1.2 a usual value)")
+    g.add_argument("--disable-unk", action="store_true", help="never generate the unknown token")
+    g.add_argument("--suppress-sequence", action="append", default=None, metavar="IDS",
+                   help="target token ids that may not appear in this order, \"12 7 33\" (repeatable; "
+                        "CTranslate2's suppress_sequences)")
 
 
 def _cmd_train(args: argparse.Namespace) -> int:

@@ -28,6 +28,20 @@ EARLY_STOPPING = "EARLY_STOPPING"
 # [1] optional bool, default false: fill ALIGNMENT (the decoder's attention carried with the beams;
 # the step reads it only for the sentences that ask)
 ALIGN = "ALIGN"
+# Repetition controls (docs/contract.md#repetition-controls; nmtserve.decoding.search has the rules):
+# [1] optional int32, default 0 (off): a token that would repeat an n-gram of the hypothesis has
+# probability 0 (transformers' and CTranslate2's no_repeat_ngram_size)
+NO_REPEAT_NGRAM_SIZE = "NO_REPEAT_NGRAM_SIZE"
+# [1] optional fp32 in (0, REPETITION_PENALTY_LIMIT], default 1 (off): a token already in the
+# hypothesis gets log p * penalty (transformers' beam-search repetition_penalty)
+REPETITION_PENALTY = "REPETITION_PENALTY"
+# [1] optional int32, default the export's (0 but for fairseq's 1): EOS may not end a hypothesis of
+# fewer generated tokens (CTranslate2's min_decoding_length; MAX_LENGTH is its max_decoding_length)
+MIN_LENGTH = "MIN_LENGTH"
+DISABLE_UNK = "DISABLE_UNK"  # [1] optional bool, default false: the unknown token is never generated
+# [s, L] optional int32: target token id sequences that may not appear (CTranslate2's
+# suppress_sequences), one per row, padded with -1; at most SUPPRESS_SEQUENCES_LIMIT rows
+SUPPRESS_SEQUENCES = "SUPPRESS_SEQUENCES"
 TRANSLATION = "TRANSLATION"  # [n] best translation, same order as TEXT
 SCORE = "SCORE"  # [n] its length-normalised log-probability
 NBEST_TRANSLATION = "NBEST_TRANSLATION"  # [n, k]
@@ -106,6 +120,8 @@ INLINE_MARKUP_KEEP, INLINE_MARKUP_DROP = "keep", "drop"
 ALIGNMENTS_PARAMETER = "alignments"
 
 LENGTH_PENALTY_LIMIT = 10.0  # |LENGTH_PENALTY| accepted
+REPETITION_PENALTY_LIMIT = 10.0  # REPETITION_PENALTY accepted in (0, this]
+SUPPRESS_SEQUENCES_LIMIT = 64  # SUPPRESS_SEQUENCES rows (each costs a few array operations per step)
 
 
 def sentence(i: int) -> str:
@@ -125,9 +141,13 @@ class Tensor:
     optional: bool = False
 
 
+# The repetition controls, beside the older options; sentence requests only (a document's are the defaults).
+CONTROL_INPUTS = {NO_REPEAT_NGRAM_SIZE: "TYPE_INT32", REPETITION_PENALTY: "TYPE_FP32", MIN_LENGTH: "TYPE_INT32",
+                  DISABLE_UNK: "TYPE_BOOL", SUPPRESS_SEQUENCES: "TYPE_INT32"}
 OPTION_INPUTS = {BEAM_SIZE: "TYPE_INT32", MAX_LENGTH: "TYPE_INT32", LENGTH_PENALTY: "TYPE_FP32",
-                 NUM_HYPOTHESES: "TYPE_INT32", EARLY_STOPPING: "TYPE_BOOL", ALIGN: "TYPE_BOOL"}
-OPTIONS = [Tensor(name, t, (1,), optional=True) for name, t in OPTION_INPUTS.items()]
+                 NUM_HYPOTHESES: "TYPE_INT32", EARLY_STOPPING: "TYPE_BOOL", ALIGN: "TYPE_BOOL", **CONTROL_INPUTS}
+OPTION_DIMS = {SUPPRESS_SEQUENCES: (-1, -1)}  # the others are [1]
+OPTIONS = [Tensor(name, t, OPTION_DIMS.get(name, (1,)), optional=True) for name, t in OPTION_INPUTS.items()]
 
 LANGUAGES = [Tensor(SOURCE_LANG, "TYPE_STRING", (1,), optional=True),
              Tensor(TARGET_LANG, "TYPE_STRING", (-1,), optional=True)]
@@ -161,5 +181,5 @@ DETOKENIZE_INPUTS = [*(Tensor(t.name, t.triton_type, t.dims, optional=t.name == 
 DETOKENIZE_OUTPUTS = TRANSLATE_OUTPUTS
 # The n-best inputs and outputs make no sense for a whole document: one translation comes back.
 DOCUMENT_INPUTS = [Tensor(DOCUMENT, "TYPE_STRING", (1,)), Tensor(FORMAT, "TYPE_STRING", (1,), optional=True),
-                   *(t for t in OPTIONS if t.name not in (NUM_HYPOTHESES, ALIGN)), *LANGUAGES]
+                   *(t for t in OPTIONS if t.name not in (NUM_HYPOTHESES, ALIGN, *CONTROL_INPUTS)), *LANGUAGES]
 DOCUMENT_OUTPUTS = [Tensor(TRANSLATION, "TYPE_STRING", (1,)), Tensor(SENTENCES, "TYPE_INT32", (1,))]

@@ -99,6 +99,14 @@ class Options:
     all_hypotheses: bool = False
     # True: each translation's word alignment (Translation.alignment; the server's ALIGN).
     alignment: bool = False
+    # Repetition controls (docs/contract.md#repetition-controls), None / False / (): the server's
+    # default (off): transformers' no_repeat_ngram_size and repetition_penalty; CTranslate2's
+    # min_decoding_length (``min_length``), disable_unk and suppress_sequences (target token ids).
+    no_repeat_ngram_size: int | None = None
+    repetition_penalty: float | None = None
+    min_length: int | None = None
+    disable_unk: bool = False
+    suppress_sequences: Sequence[Sequence[int]] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.alignment, bool):
@@ -138,6 +146,27 @@ class Options:
             or not math.isfinite(penalty)
         ):
             raise InvalidInputError(f"length_penalty must be a finite number, got {penalty!r}")
+        self._check_controls()
+
+    def _check_controls(self) -> None:
+        for name in ("no_repeat_ngram_size", "min_length"):
+            value = getattr(self, name)
+            if value is not None and (not _is_int(value) or value < 0):
+                raise InvalidInputError(f"{name} must be an integer >= 0, got {value!r}")
+        if self.max_length is not None and self.min_length is not None and self.min_length >= self.max_length:
+            raise InvalidInputError(f"min_length ({self.min_length}) must be below max_length ({self.max_length})")
+        penalty = self.repetition_penalty
+        if penalty is not None and (isinstance(penalty, bool) or not isinstance(penalty, (int, float))
+                                    or not 0 < penalty < math.inf):
+            raise InvalidInputError(f"repetition_penalty must be a number > 0 (1: off), got {penalty!r}")
+        if not isinstance(self.disable_unk, bool):
+            raise InvalidInputError(f"disable_unk must be True or False, got {self.disable_unk!r}")
+        sequences = self.suppress_sequences
+        if isinstance(sequences, (str, bytes)) or not isinstance(sequences, Sequence) or not all(
+                isinstance(seq, Sequence) and not isinstance(seq, (str, bytes)) and len(seq) > 0
+                and all(_is_int(x) and x >= 0 for x in seq) for seq in sequences):
+            raise InvalidInputError(f"suppress_sequences must be a list of non-empty lists of target token ids, "
+                                    f"got {sequences!r}")
 
     @property
     def nbest(self) -> bool:
@@ -164,12 +193,19 @@ class DocumentArgs(_CallArgs, total=False):
 class TranslateArgs(_CallArgs, total=False):
     """The keyword arguments of ``translate`` and ``translate_iter``: the n-best size and whether
     to keep its implausible hypotheses too (``all_hypotheses``), what a rejected sentence does
-    (``on_error``: "raise" or "return"), and ``target_lang`` / ``target_prefix``, each one for
-    all sentences or a list of one per input sentence."""
+    (``on_error``: "raise" or "return"), ``target_lang`` / ``target_prefix``, each one for
+    all sentences or a list of one per input sentence, and the repetition controls
+    (``no_repeat_ngram_size``, ``repetition_penalty``, ``min_length``, ``disable_unk``,
+    ``suppress_sequences``; sentences only: a document decodes with the server's defaults)."""
 
     num_hypotheses: int
     all_hypotheses: bool
     alignment: bool
+    no_repeat_ngram_size: int | None
+    repetition_penalty: float | None
+    min_length: int | None
+    disable_unk: bool
+    suppress_sequences: Sequence[Sequence[int]]
     on_error: str
     target_lang: str | Sequence[str] | None
     target_prefix: str | Sequence[str] | None
@@ -226,6 +262,9 @@ def encode_request(texts: Sequence[bytes], options: Options, indices: Sequence[i
         (C.INPUT_MAX_LENGTH, options.max_length, np.int32),
         (C.INPUT_LENGTH_PENALTY, options.length_penalty, np.float32),
         (C.INPUT_NUM_HYPOTHESES, options.num_hypotheses if options.nbest else None, np.int32),
+        (C.INPUT_NO_REPEAT_NGRAM_SIZE, options.no_repeat_ngram_size, np.int32),
+        (C.INPUT_REPETITION_PENALTY, options.repetition_penalty, np.float32),
+        (C.INPUT_MIN_LENGTH, options.min_length, np.int32),
     ):
         if value is not None:
             datatype = "INT32" if dtype is np.int32 else "FP32"
@@ -248,6 +287,12 @@ def encode_request(texts: Sequence[bytes], options: Options, indices: Sequence[i
         inputs.append((C.INPUT_SPLIT_SENTENCES, np.array([False]), "BOOL"))
     if options.early_stopping:  # likewise: a server older than the input never sees it unasked
         inputs.append((C.INPUT_EARLY_STOPPING, np.array([True]), "BOOL"))
+    if options.disable_unk:
+        inputs.append((C.INPUT_DISABLE_UNK, np.array([True]), "BOOL"))
+    if options.suppress_sequences:  # one row per sequence, padded with -1
+        width = max(len(seq) for seq in options.suppress_sequences)
+        rows = [[*seq, *[-1] * (width - len(seq))] for seq in options.suppress_sequences]
+        inputs.append((C.INPUT_SUPPRESS_SEQUENCES, np.array(rows, dtype=np.int32), "INT32"))
     outputs = [C.OUTPUT_TRANSLATION, C.OUTPUT_SCORE]
     if options.alignment:
         inputs.append((C.INPUT_ALIGN, np.array([True]), "BOOL"))

@@ -92,8 +92,11 @@ class Translator(BaseTranslator[Generator[list[Translation], None, None]]):
         spacing; False sends each input to the model whole), ``early_stopping`` (True: each
         sentence's search stops once ``beam_size`` hypotheses have finished, fewer steps; a few
         translations differ from the default rule's), ``alignment`` (True: each result's
-        ``alignment``, its word pairs with the input, from the decoder's attention). Raises a TranslationError subclass (see
-        ``nmtserve.client.errors``) unless every sentence got its translation.
+        ``alignment``, its word pairs with the input, from the decoder's attention), the
+        repetition controls ``no_repeat_ngram_size``, ``repetition_penalty``, ``min_length``,
+        ``disable_unk``, ``suppress_sequences`` (target token ids; docs/contract.md#repetition-controls).
+        Raises a TranslationError subclass (see ``nmtserve.client.errors``) unless every sentence
+        got its translation.
         """
         results = list(self.translate_iter(texts, **args))
         return results[0] if isinstance(texts, str) else results

@@ -197,7 +197,12 @@ def _options(args: argparse.Namespace) -> tuple[Options, dict[str, Any]]:
                           True if getattr(args, "early_stopping", False) else None,
                           # --all-hypotheses (nmtserve/cli.py): the n-best unfiltered
                           bool(getattr(args, "all_hypotheses", False)),
-                          alignment=bool(getattr(args, "align", False)))
+                          alignment=bool(getattr(args, "align", False)),
+                          no_repeat_ngram_size=getattr(args, "no_repeat_ngram_size", None),
+                          repetition_penalty=getattr(args, "repetition_penalty", None),
+                          min_length=getattr(args, "min_length", None),
+                          disable_unk=bool(getattr(args, "disable_unk", False)),
+                          suppress_sequences=_suppressed(getattr(args, "suppress_sequence", None)))
     except InvalidInputError as exc:
         # Name the flags the user typed, not the library's parameters.
         message = str(exc)
@@ -209,6 +214,10 @@ def _options(args: argparse.Namespace) -> tuple[Options, dict[str, Any]]:
             ("source_lang", "--source-lang"),
             ("target_lang", "--target-lang"),
             ("target_prefix", "--target-prefix"),
+            ("no_repeat_ngram_size", "--no-repeat-ngram-size"),
+            ("repetition_penalty", "--repetition-penalty"),
+            ("min_length", "--min-length"),
+            ("suppress_sequences", "--suppress-sequence"),
         ):
             message = message.replace(param, flag)
         raise UsageError(message) from None
@@ -221,6 +230,14 @@ def _options(args: argparse.Namespace) -> tuple[Options, dict[str, Any]]:
         "concurrency": args.concurrency,
     }
     return options, translator_args
+
+
+def _suppressed(given: list[str] | None) -> tuple[tuple[int, ...], ...]:
+    """``--suppress-sequence "ID ID ..."`` (repeatable) as token id sequences."""
+    try:
+        return tuple(tuple(int(x) for x in item.replace(",", " ").split()) for item in given or [])
+    except ValueError:
+        raise UsageError(f"--suppress-sequence takes target token ids (\"12 7 33\"), got {given!r}") from None
 
 
 def connection(args: argparse.Namespace) -> dict[str, Any]:
@@ -375,6 +392,10 @@ def _translate_document(
     if options.nbest or args.json or options.target_prefix is not None or options.alignment:
         raise UsageError("--document writes the translated document: --nbest, --json, --align and --target-prefix "
                          "do not apply")
+    if (options.no_repeat_ngram_size, options.repetition_penalty, options.min_length) != (None, None, None) or \
+            options.disable_unk or options.suppress_sequences:
+        raise UsageError("--document decodes with the server's defaults: --no-repeat-ngram-size, --repetition-penalty, "
+                         "--min-length, --disable-unk and --suppress-sequence apply to sentences only")
     target_lang = options.target_lang if isinstance(options.target_lang, str) or options.target_lang is None else None
     if args.files:
         parts = []

@@ -46,6 +46,35 @@ beams may run; a sentence is done at a step whose best candidate ended in EOS on
 ``num_hypotheses`` have finished; the length penalty counts the decoder start token too, so a
 score is ``sum of log-probs / (generated length + 1) ** length_penalty``).
 Finished sentences leave the running batch at once, so the step model computes only live rows.
+
+Repetition controls, per sentence (off by default; a sentence without them decodes as before):
+
+* ``repetition_penalty`` θ is transformers' (``RepetitionPenaltyLogitsProcessor``) as its beam
+  search applies it, to the log-probs: a token already in the hypothesis' decoder tokens (the
+  decoder start token, the target prefix and the generated tokens) gets ``log p * θ`` (``/ θ`` if
+  ``log p > 0``), and the running score sums these values. transformers' greedy search
+  (``num_beams=1``) and CTranslate2 apply it to the logits before the softmax instead, which the
+  log-probs a step returns cannot reproduce (the logits' offset is gone); beam 1 here is the beam
+  rule with K = 1.
+* ``no_repeat_ngram_size`` n is transformers' (``NoRepeatNGramLogitsProcessor``): a token that
+  would complete an n-gram already in the hypothesis' decoder tokens (start token included) has
+  probability 0.
+* ``suppress_sequences`` are CTranslate2's: a one-token sequence is never generated; a longer one
+  bans its last token after a hypothesis' target tokens (start token excluded) end with the rest.
+  A ban sets the log-prob to -inf without renormalising the others (transformers' rule, as for
+  ``min_length``; CTranslate2 renormalises, so its scores differ slightly).
+* ``loop_repeats`` R (a deployment's setting, ``ModelSpec.loop_repeats``; 0 = off) ends a
+  runaway loop: a candidate whose token makes the hypothesis' tokens end with the same block of
+  n <= ``loop_ngram`` tokens written R times in a row ends that hypothesis as EOS would (it
+  finishes if it ranks in the top K, without an EOS token, and never runs on). Rows still in
+  their target prefix are not cut.
+
+On ``Candidates`` a ban removes a known candidate and a penalty rescales it. The unknown tokens of
+a hypothesis score at most its lowest known log-prob ``lo`` (a penalty below 1 may lift one of its
+own unknown tokens to ``lo * θ``), so a sentence's step is still exact when its ``2K``-th known
+continuation outranks ``running score + that bound`` of every hypothesis; a step where that
+cannot be shown ranks the known candidates only and is counted in ``BeamBatch.inexact_steps``
+(docs/contract.md gives how often, measured: rarely, and the wider the candidates the rarer).
 """
 
 from __future__ import annotations
@@ -126,9 +155,18 @@ class SearchOptions:
     # ``attention`` (the decoder's cross-attention, argmax over the source) carried with the beams.
     alignment: bool = False
     rule: str = "transformers"  # RULES
+    # Repetition controls (the module's text): transformers' ``no_repeat_ngram_size`` (0: off) and
+    # ``repetition_penalty`` (1.0: off), CTranslate2's ``suppress_sequences`` (token ids).
+    no_repeat_ngram_size: int = 0
+    repetition_penalty: float = 1.0
+    suppress_sequences: tuple[tuple[int, ...], ...] = ()
+    # The runaway-loop cut (0: off): a block of up to ``loop_ngram`` tokens written ``loop_repeats``
+    # times in a row ends the hypothesis. A deployment's setting (``ModelSpec.loop_repeats``).
+    loop_repeats: int = 0
+    loop_ngram: int = 8
 
     def __post_init__(self) -> None:
-        problems = []
+        problems = self._control_problems()
         if self.rule not in RULES:
             problems.append(f"rule must be one of {', '.join(RULES)}, got {self.rule!r}")
         if self.beam_size < 1:
@@ -149,6 +187,31 @@ class SearchOptions:
             problems.append(f"early_stopping must be True, False or 'never', got {self.early_stopping!r}")
         if problems:
             raise ValueError("; ".join(problems))
+
+    def _control_problems(self) -> list[str]:
+        """The repetition controls checked (``suppress_sequences`` made a tuple of tuples)."""
+        problems = []
+        if not _is_int(self.no_repeat_ngram_size) or self.no_repeat_ngram_size < 0:
+            problems.append(f"no_repeat_ngram_size must be an integer >= 0, got {self.no_repeat_ngram_size!r}")
+        penalty = self.repetition_penalty
+        if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not (0 < penalty < math.inf):
+            problems.append(f"repetition_penalty must be a finite number > 0, got {penalty!r}")
+        sequences = self.suppress_sequences
+        if isinstance(sequences, (list, tuple)) and all(
+                isinstance(seq, (list, tuple)) and seq and all(_is_int(x) and x >= 0 for x in seq) for seq in sequences):
+            object.__setattr__(self, "suppress_sequences", tuple(tuple(int(x) for x in seq) for seq in sequences))
+        else:
+            problems.append(f"suppress_sequences must be non-empty sequences of token ids >= 0, got {sequences!r}")
+        if not _is_int(self.loop_repeats) or self.loop_repeats < 0 or self.loop_repeats == 1:
+            problems.append(f"loop_repeats must be 0 (off) or >= 2, got {self.loop_repeats!r}")
+        if not _is_int(self.loop_ngram) or self.loop_ngram < 1:
+            problems.append(f"loop_ngram must be an integer >= 1, got {self.loop_ngram!r}")
+        return problems
+
+    @property
+    def controls(self) -> bool:
+        """Whether a repetition control changes the step's log-probs (the loop cut does not)."""
+        return bool(self.no_repeat_ngram_size or self.repetition_penalty != 1.0 or self.suppress_sequences)
 
     def max_length_for(self, source_length: int) -> int:
         if self.max_length_b is None:
@@ -187,6 +250,15 @@ class _Finished:
                 self.hyps.pop()
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _penalised(values, theta):
+    """transformers' repetition penalty of (log-prob) values: ``* θ`` below 0, ``/ θ`` otherwise."""
+    return np.where(values < 0, values * theta, values / theta)
+
+
 def _topk_desc(scores: np.ndarray, k: int) -> np.ndarray:
     """Indices of the k largest entries per row, best first; ties go to the lower index."""
     n = scores.shape[1]
@@ -211,7 +283,8 @@ def _topk_desc(scores: np.ndarray, k: int) -> np.ndarray:
 _EARLY_STOPPING = {False: 0, True: 1, "never": 2}
 _ROW_ARRAYS = ("scores", "tokens", "parents", "t", "max_len", "min_len", "penalty", "stopping",
                "pool_size", "pool_capacity", "pool_worst", "done", "sequences", "forced", "n_forced", "prompt",
-               "aligned", "align", "rule", "top_finished")
+               "aligned", "align", "rule", "top_finished",
+               "no_repeat", "repetition", "suppress", "loop_repeats", "loop_ngram")
 
 
 class BeamBatch:
@@ -252,6 +325,13 @@ class BeamBatch:
     align: np.ndarray  # (capacity,) bool: the row's options ask for alignments
     rule: np.ndarray  # (capacity,) int8: the row's RULES index
     top_finished: np.ndarray  # (capacity,) bool: "opennmt": this step's best candidate ended in EOS
+    # The repetition controls (SearchOptions): n-gram size, penalty, the row's suppressed
+    # sequences (an index into ``suppress_sets``; 0: none), the loop cut's R and largest block.
+    no_repeat: np.ndarray
+    repetition: np.ndarray
+    suppress: np.ndarray
+    loop_repeats: np.ndarray
+    loop_ngram: np.ndarray
 
     # Up to this many rows, ``advance`` of ``Candidates`` runs row by row in Python
     # (``_advance_few``): the ~60 NumPy calls of a vectorized step cost ~0.15 ms whatever the
@@ -266,6 +346,13 @@ class BeamBatch:
         self.pools: list[_Finished] = []
         self.options: list[SearchOptions] = []
         self._attention: np.ndarray | None = None  # the current step's (b, K) source positions
+        # Distinct ``suppress_sequences`` of the rows added (``suppress`` indexes it), and whether
+        # any row ever asked for a control or the loop cut: until then a step skips them at no cost.
+        self.suppress_sets: list[tuple[tuple[int, ...], ...]] = [()]
+        self._controls = self._loops = False
+        # Sentence-steps on ``Candidates`` where a control's result could not be shown to equal the
+        # full-vocabulary search's (the module's text); the known candidates were ranked.
+        self.inexact_steps = 0
         self._grow(max(1, capacity))
 
     def _grow(self, capacity: int) -> None:
@@ -282,6 +369,9 @@ class BeamBatch:
             "prompt": np.zeros(capacity, np.int64),
             "aligned": np.zeros((capacity, k, t), np.int16), "align": np.zeros(capacity, bool),
             "rule": np.zeros(capacity, np.int8), "top_finished": np.zeros(capacity, bool),
+            "no_repeat": np.zeros(capacity, np.int64), "repetition": np.ones(capacity),
+            "suppress": np.zeros(capacity, np.int64), "loop_repeats": np.zeros(capacity, np.int64),
+            "loop_ngram": np.ones(capacity, np.int64),
         }
         for name, array in fresh.items():
             if b:
@@ -330,6 +420,13 @@ class BeamBatch:
         capacity = options.num_hypotheses if options.rule == "opennmt" else options.n_finished
         self.pool_size[row], self.pool_capacity[row], self.pool_worst[row] = 0, capacity, -np.inf
         self.done[row] = False
+        self.no_repeat[row], self.repetition[row] = options.no_repeat_ngram_size, options.repetition_penalty
+        if options.suppress_sequences not in self.suppress_sets:
+            self.suppress_sets.append(options.suppress_sequences)
+        self.suppress[row] = self.suppress_sets.index(options.suppress_sequences)
+        self.loop_repeats[row], self.loop_ngram[row] = options.loop_repeats, options.loop_ngram
+        self._controls |= options.controls
+        self._loops |= options.loop_repeats > 0
         self.pools.append(_Finished(max(options.n_finished, capacity)))
         self.options.append(options)
         self.size += 1
@@ -370,10 +467,14 @@ class BeamBatch:
             return
         scores = self.scores[:b]
         no_eos = self.t[:b] < self.min_len[:b]  # below min_length, EOS has probability 0
+        controlled = self._controlled_rows()
         if isinstance(log_probs, Candidates):
             vocab = log_probs.vocab
             values = np.asarray(log_probs.values, dtype=np.float64)
             tokens = np.asarray(log_probs.tokens, dtype=np.int64)
+            raw = values
+            if len(controlled):
+                values = self._control_candidates(controlled, values, tokens)
             if no_eos.any():
                 values = np.where(no_eos[:, None, None] & (tokens == eos), -np.inf, values)
             only_eos = self._eos_forced()
@@ -386,9 +487,13 @@ class BeamBatch:
             order = np.lexsort((flat, -cand), axis=1)[:, : 2 * k]
             rows = np.arange(b)[:, None]  # plain fancy indexing: take_along_axis costs ~30 us a call
             top_scores, top = cand[rows, order], flat[rows, order]
+            if len(controlled) and raw.shape[2] < vocab:
+                self._count_inexact(controlled, raw, tokens, vocab, top_scores, order)
         else:
             log_probs = np.asarray(log_probs, dtype=np.float64)
             vocab = log_probs.shape[2]
+            if len(controlled):
+                log_probs = self._control_dense(controlled, log_probs)
             only_eos = self._eos_forced()
             if no_eos.any() or only_eos.any():
                 log_probs = log_probs.copy()
@@ -434,6 +539,8 @@ class BeamBatch:
         counted = np.maximum(gen_len - self.prompt[:b], 1) + (self.rule[:b] == _OPENNMT)
         at_max = gen_len >= self.max_len[:b]
         is_eos = top_token == eos
+        if self._loops:  # a candidate that completes a runaway loop ends as EOS would
+            is_eos = is_eos | self._looped(top_beam, top_token)
         # Only candidates ranked in the top K may finish (transformers' rule); at the maximum length
         # every top-K candidate finishes, whatever its token.
         finishing = (is_eos | at_max[:, None]) & (np.arange(n) < k) & (top_scores > -np.inf)
@@ -456,6 +563,12 @@ class BeamBatch:
         self.tokens[:b], self.parents[:b], self.scores[:b], self.t[:b] = tokens, parents, scores, gen_len
         self.top_finished[:b] = is_eos[:, 0] & (top_scores[:, 0] > -np.inf)
         self.done[:b] = at_max | self._cannot_improve(scores[:, 0], counted)
+
+    @property
+    def wants_all_candidates(self) -> bool:
+        """Whether a live row has a repetition control: its step is exact more often on all the
+        candidates a graph gives than on the top ``2K + 1`` (the module's text)."""
+        return bool(len(self._controlled_rows()))
 
     @property
     def wants_log_probs(self) -> bool:
@@ -500,15 +613,19 @@ class BeamBatch:
             rule = int(self.rule[row])
             only_eos = rule == _FAIRSEQ and t + 1 >= int(self.max_len[row])
             running = self.scores[row].tolist()
+            controlled = self._controls and self._controlled_one(row)
+            row_values = self._control_one(row, t, values[row], ids[row]) if controlled else values[row]
             ranked = []
             for beam in range(k):
                 base, score = beam * vocab, running[beam]
                 forced = only_eos and eos in ids[row][beam]
-                for value, token in zip(values[row][beam], ids[row][beam], strict=True):
+                for value, token in zip(row_values[beam], ids[row][beam], strict=True):
                     banned = (no_eos and token == eos) or (forced and token != eos)
                     ranked.append((-(score + (-inf if banned else value)), base + token))
             ranked.sort()
             ranked = ranked[: 2 * k]
+            if controlled and len(ids[row][0]) < vocab:
+                self._count_inexact_one(row, running, values[row], ids[row], ranked, vocab)
             if rule == _OPENNMT:
                 ranked = [(c if j < k else inf, f) for j, (c, f) in enumerate(ranked)]
             top_scores = [-c for c, _ in ranked]
@@ -522,10 +639,14 @@ class BeamBatch:
             gen_len = t + 1
             counted = max(gen_len - int(self.prompt[row]), 1) + (rule == _OPENNMT)
             at_max = gen_len >= int(self.max_len[row])
+            ends = [token == eos for token in top_token]
+            if self._loops and int(self.loop_repeats[row]) and t >= int(self.n_forced[row]):
+                ends = [end or self._loops_one(row, t, beam, token)
+                        for end, beam, token in zip(ends, top_beam, top_token, strict=True)]
             for j in range(min(k, len(top_token))):
-                if (top_token[j] == eos or at_max) and top_scores[j] > -inf:
+                if (ends[j] or at_max) and top_scores[j] > -inf:
                     self._finish_one(row, top_beam[j], top_token[j], top_scores[j], counted)
-            chosen = [j for j in range(len(top_token)) if top_token[j] != eos][:k]
+            chosen = [j for j in range(len(top_token)) if not ends[j]][:k]
             dead = k - len(chosen)
             tokens = [top_token[j] for j in chosen] + [eos] * dead
             parents = [top_beam[j] for j in chosen] + [0] * dead
@@ -536,8 +657,203 @@ class BeamBatch:
                 self.aligned[row, :, :width] = self.aligned[row, parents, :width]
                 self.aligned[row, :, t] = self._attention[row, parents]
             self.tokens[row], self.parents[row], self.scores[row], self.t[row] = tokens, parents, scores, gen_len
-            self.top_finished[row] = bool(top_token) and top_token[0] == eos and top_scores[0] > -inf
+            self.top_finished[row] = bool(top_token) and ends[0] and top_scores[0] > -inf
             self.done[row] = at_max or self._cannot_improve_one(row, scores[0], counted)
+
+    # ---- the repetition controls and the loop cut (the module's text) ----------------------------
+
+    def _controlled_rows(self) -> np.ndarray:
+        """Live rows with a repetition control (none at no cost until a row asked for one)."""
+        b = self.size
+        if not self._controls:
+            return np.zeros(0, np.int64)
+        return np.flatnonzero((self.no_repeat[:b] > 0) | (self.repetition[:b] != 1.0) | (self.suppress[:b] > 0))
+
+    def _controlled_one(self, row: int) -> bool:
+        return bool(self.no_repeat[row] > 0 or self.repetition[row] != 1.0 or self.suppress[row] > 0)
+
+    def _history(self, rows: np.ndarray) -> np.ndarray:
+        """(r, K, 1 + W): each hypothesis' decoder tokens, the start token first (what transformers'
+        processors see), -1 past its length."""
+        t = self.t[rows]
+        width = int(t.max())
+        hist = np.full((len(rows), self.k, 1 + width), -1, np.int64)
+        hist[:, :, 0] = self.bos_id
+        seq = self.sequences[rows, :, :width]
+        hist[:, :, 1:] = np.where(np.arange(width)[None, None, :] < t[:, None, None], seq, -1)
+        return hist
+
+    def _banned(self, rows: np.ndarray, hist: np.ndarray) -> np.ndarray | None:
+        """(r, K, J): tokens each hypothesis may not take (-1: none), from its n-gram ban and its
+        suppressed sequences; None when no row has either."""
+        r, k = len(rows), self.k
+        t, sizes, sets = self.t[rows], self.no_repeat[rows], self.suppress[rows]
+        length = t + 1  # decoder tokens, the start token included
+        parts = []
+        for n in np.unique(sizes[sizes > 0]).tolist():
+            windows = hist.shape[2] - n + 1  # window j is hist[j : j + n]
+            if windows <= 0:
+                continue
+            match = np.ones((r, k, windows), bool)
+            for i in range(n - 1):  # the window's first n - 1 tokens equal the last n - 1
+                last = hist[np.arange(r), :, np.maximum(length - n + 1 + i, 0)]  # (r, K)
+                match &= hist[:, :, i : i + windows] == last[:, :, None]
+            valid = (sizes == n)[:, None] & (np.arange(windows)[None, :] <= (length - n)[:, None])
+            parts.append(np.where(match & valid[:, None, :], hist[:, :, n - 1 : n - 1 + windows], -1))
+        seq = self.sequences[rows]
+        for index in np.unique(sets[sets > 0]).tolist():
+            for banned in self.suppress_sets[index]:
+                before = banned[:-1]
+                hit = np.repeat(((sets == index) & (t >= len(before)))[:, None], k, axis=1)
+                for i, token in enumerate(before):  # the target tokens end with the sequence's first ones
+                    hit &= seq[np.arange(r), :, np.maximum(t - len(before) + i, 0)] == token
+                parts.append(np.where(hit, banned[-1], -1)[:, :, None])
+        return np.concatenate(parts, axis=2) if parts else None
+
+    def _control_dense(self, rows: np.ndarray, log_probs: np.ndarray) -> np.ndarray:
+        """The controlled rows' log-probs (b, K, V) penalised and banned (a new array)."""
+        r, k, vocab = len(rows), self.k, log_probs.shape[2]
+        sub = log_probs[rows]
+        hist = self._history(rows)
+
+        def mask_of(ids: np.ndarray) -> np.ndarray:  # (r, K, V): ids (-1 or out of range: none) as a mask
+            mask = np.zeros((r, k, vocab + 1), bool)
+            np.put_along_axis(mask, np.where((ids >= 0) & (ids < vocab), ids, vocab), True, axis=2)
+            return mask[:, :, :vocab]
+
+        theta = self.repetition[rows]
+        if (theta != 1.0).any():
+            seen = mask_of(hist) & (theta != 1.0)[:, None, None]
+            sub = np.where(seen, _penalised(sub, theta[:, None, None]), sub)
+        banned = self._banned(rows, hist)
+        if banned is not None:
+            sub = np.where(mask_of(banned), -np.inf, sub)
+        out = log_probs.copy()
+        out[rows] = sub
+        return out
+
+    def _control_candidates(self, rows: np.ndarray, values: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """The controlled rows' candidate values (b, K, m) penalised and banned (a new array)."""
+        sub, ids = values[rows], tokens[rows]
+        hist = self._history(rows)
+        theta = self.repetition[rows]
+        if (theta != 1.0).any():
+            seen = (ids[..., None] == hist[:, :, None, :]).any(-1) & (theta != 1.0)[:, None, None]
+            sub = np.where(seen, _penalised(sub, theta[:, None, None]), sub)
+        banned = self._banned(rows, hist)
+        if banned is not None:
+            sub = np.where((ids[..., None] == banned[:, :, None, :]).any(-1), -np.inf, sub)
+        out = values.copy()
+        out[rows] = sub
+        return out
+
+    def _count_inexact(self, rows: np.ndarray, raw: np.ndarray, tokens: np.ndarray, vocab: int,
+                       top_scores: np.ndarray, order: np.ndarray) -> None:
+        """Count the controlled rows whose step on ``Candidates`` may differ from the full search's:
+        some hypothesis' unknown tokens (raw log-prob <= its lowest known ``lo``; a penalty lifts
+        one of its decoder tokens to at most ``f(lo)``, which only a penalty below 1 makes larger)
+        could outrank the sentence's 2K-th known continuation. A tie with it is safe when that
+        continuation comes from a lower beam, or from the same beam at its ``lo`` (the unknown
+        tokens at ``lo`` have higher ids: TopK's tie rule)."""
+        k, m = self.k, raw.shape[2]
+        rows = rows[self.t[rows] >= self.n_forced[rows]]  # a prefix token is forced whatever ranks
+        if not len(rows) or top_scores.shape[1] < 2 * k:
+            return
+        lo = raw[rows].min(axis=2)  # (r, K)
+        theta = self.repetition[rows]
+        top = lo
+        if (theta < 1.0).any():  # lifted only where one of the hypothesis' tokens is an unknown one
+            hist = self._history(rows)
+            known = (hist[..., None] == tokens[rows][:, :, None, :]).any(-1) | (hist < 0) | (hist >= vocab)
+            top = np.where(known.all(-1), lo, np.maximum(lo, _penalised(lo, theta[:, None])))
+        bound = self.scores[rows] + top
+        last = order[rows, 2 * k - 1]  # the 2K-th continuation: its place in the (K, m) layout
+        worst, beam = top_scores[rows, 2 * k - 1][:, None], (last // m)[:, None]
+        at_lo = raw[rows].reshape(len(rows), -1)[np.arange(len(rows)), last][:, None] == lo
+        beams = np.arange(k)[None, :]
+        safe = (bound == -np.inf) | (worst > bound) | ((worst == bound) & ((beam < beams) | ((beam == beams) & at_lo)))
+        self.inexact_steps += int((~safe.all(axis=1)).sum())
+
+    def _control_one(self, row: int, t: int, values: list, ids: list) -> list:
+        """``_control_candidates`` of one row, on Python numbers."""
+        theta, n = float(self.repetition[row]), int(self.no_repeat[row])
+        suppressed = self.suppress_sets[int(self.suppress[row])]
+        out = []
+        for beam in range(self.k):
+            target = self.sequences[row, beam, :t].tolist()
+            hist = [self.bos_id, *target]
+            banned = set()
+            if n and len(hist) >= n:
+                last = hist[len(hist) - n + 1:]
+                banned.update(hist[j + n - 1] for j in range(len(hist) - n + 1) if hist[j : j + n - 1] == last)
+            for sequence in suppressed:
+                before = list(sequence[:-1])
+                if t >= len(before) and target[t - len(before):] == before:
+                    banned.add(sequence[-1])
+            seen = set(hist) if theta != 1.0 else set()
+            out.append([-math.inf if token in banned else
+                        (value * theta if value < 0 else value / theta) if token in seen else value
+                        for value, token in zip(values[beam], ids[beam], strict=True)])
+        return out
+
+    def _count_inexact_one(self, row: int, running: list, raw: list, ids: list, ranked: list, vocab: int) -> None:
+        """``_count_inexact`` of one row, on Python numbers."""
+        k = self.k
+        if int(self.t[row]) < int(self.n_forced[row]) or len(ranked) < 2 * k:
+            return
+        theta, t = float(self.repetition[row]), int(self.t[row])
+        worst, flat = -ranked[2 * k - 1][0], ranked[2 * k - 1][1]
+        beam, token = flat // vocab, flat % vocab
+        at_lo = raw[beam][ids[beam].index(token)] == min(raw[beam])
+        for h in range(k):
+            lo = top = min(raw[h])
+            if theta < 1.0 and any(x not in ids[h] and x < vocab
+                                   for x in (self.bos_id, *self.sequences[row, h, :t].tolist())):
+                top = max(lo, lo * theta if lo < 0 else lo / theta)
+            bound = running[h] + top
+            if not (bound == -math.inf or worst > bound or (worst == bound and (beam < h or (beam == h and at_lo)))):
+                self.inexact_steps += 1
+                return
+
+    def _looped(self, top_beam: np.ndarray, top_token: np.ndarray) -> np.ndarray:
+        """(b, n): whether each candidate makes its hypothesis end with the same block of n <=
+        ``loop_ngram`` tokens written ``loop_repeats`` times in a row (rows past their prefix)."""
+        b, k = self.size, self.k
+        looped = np.zeros(top_token.shape, bool)
+        rows = np.flatnonzero((self.loop_repeats[:b] > 0) & (self.t[:b] >= self.n_forced[:b]))
+        if not len(rows):
+            return looped
+        r = len(rows)
+        t, repeats, longest = self.t[rows], self.loop_repeats[rows], self.loop_ngram[rows]
+        seq, at = self.sequences[rows], np.arange(r)
+        beams, tokens = top_beam[rows], top_token[rows]
+        for n in range(1, int(longest.max()) + 1):
+            # With the candidate at position t, positions t + 1 - (R - 1) n .. t each equal the
+            # token n before: the last (R - 1) n - 1 of them are the hypothesis' own.
+            fits = (n <= longest) & (t + 1 >= repeats * n)
+            if not fits.any():
+                continue
+            own = (repeats - 1) * n - 1
+            width = int(own[fits].max())
+            periodic = np.ones((r, k), bool)
+            if width > 0:
+                i = t[:, None] - 1 - np.arange(width)[None, :]  # (r, w), from the last token back
+                same = seq[at[:, None, None], np.arange(k)[None, :, None], np.maximum(i, 0)[:, None, :]] == \
+                    seq[at[:, None, None], np.arange(k)[None, :, None], np.maximum(i - n, 0)[:, None, :]]
+                periodic = (same | (np.arange(width)[None, None, :] >= own[:, None, None])).all(axis=2)
+            before = seq[at, :, np.maximum(t - n, 0)]  # (r, K): the token the candidate must repeat
+            hit = (fits[:, None] & periodic)[at[:, None], beams] & (tokens == before[at[:, None], beams])
+            looped[rows] |= hit
+        return looped
+
+    def _loops_one(self, row: int, t: int, beam: int, token: int) -> bool:
+        """``_looped`` of one candidate, on Python numbers."""
+        repeats, seq = int(self.loop_repeats[row]), self.sequences[row, beam, :t].tolist()
+        for n in range(1, int(self.loop_ngram[row]) + 1):
+            if t + 1 >= repeats * n and token == seq[t - n] and \
+                    all(seq[i] == seq[i - n] for i in range(t + 1 - (repeats - 1) * n, t)):
+                return True
+        return False
 
     def _cannot_improve_one(self, row: int, best_running: float, counted: int) -> bool:
         """``_cannot_improve`` of one row."""

@@ -487,7 +487,7 @@ class InflightBatcher:
     def _advance(self, group: _Group, out: dict[str, Any], t_lo: int) -> None:
         """The searches take the step's candidates; the ancestor table follows the parents."""
         g, b, k = self.g, group.size, group.k
-        m = min(2 * k + 1, out["top_ids"].shape[-1])
+        m = out["top_ids"].shape[-1] if group.search.wants_all_candidates else min(2 * k + 1, out["top_ids"].shape[-1])
         attention = out.get(graphs.ATTENTION)
         if attention is not None:  # each hypothesis' most attended source position (b, K)
             attention = self.arrays.asnumpy(attention.argmax(-1))

@@ -46,6 +46,11 @@ class ModelSpec:
     # as its toolkit did) and the fewest tokens generated before EOS may end a hypothesis.
     beam_rule: str = "transformers"
     min_length: int = 0
+    # The runaway-loop cut served to every request (SearchOptions.loop_repeats; 0: off): a
+    # hypothesis whose tokens end with a block of up to loop_ngram tokens written loop_repeats
+    # times in a row is ended there. A deployment turns it on in model.json (docs/contract.md).
+    loop_repeats: int = 0
+    loop_ngram: int = 8
     # The graphs' precision: "fp32", or "int8" (weights quantized for the CPU by the export).
     precision: str = "fp32"
     # TensorRT build choices of the export (nmtserve.export.engines reads them at container start).
@@ -60,13 +65,15 @@ class ModelSpec:
     tokenizer: dict = field(default_factory=dict)  # file names relative to the spec's folder
     hashes: dict = field(default_factory=dict)  # sha256 of the graphs, for stale-engine checks
 
-    def search_options(self, **given) -> SearchOptions:
+    def search_options(self, *, disable_unk: bool = False, **given) -> SearchOptions:
         """The search a request gets with the options it does not set: this export's beam, length
         penalty, maximum length (``min(max_target_len, max_length_a * source + max_length_b)``),
-        minimum length and beam-search rule."""
+        minimum length, beam-search rule and loop cut. ``disable_unk``: ``unk_id`` is suppressed."""
         served = dict(beam_size=self.beam_size, length_penalty=self.length_penalty, max_length=self.max_target_len,
                       max_length_a=self.max_length_a, max_length_b=self.max_length_b, rule=self.beam_rule,
-                      min_length=self.min_length)
+                      min_length=self.min_length, loop_repeats=self.loop_repeats, loop_ngram=self.loop_ngram)
+        if disable_unk:
+            given["suppress_sequences"] = (*given.get("suppress_sequences", ()), (self.unk_id,))
         return SearchOptions(**{**served, **given})
 
     @property

@@ -106,12 +106,64 @@ def parse_search_options(inputs: Mapping[str, np.ndarray | None], spec: ModelSpe
                          f"{c.LENGTH_PENALTY_LIMIT:g}], got {penalty}")
     early = parse_bool(c.EARLY_STOPPING, inputs.get(c.EARLY_STOPPING), default=False)
     align = parse_bool(c.ALIGN, inputs.get(c.ALIGN), default=False)
+    controls = _parse_controls(inputs, spec, max_length)
     if max_length is None:  # the export's length rule
         return spec.search_options(beam_size=beam, num_hypotheses=nbest, length_penalty=penalty, early_stopping=early,
-                                   alignment=align)
-    return SearchOptions(beam_size=beam, num_hypotheses=nbest, length_penalty=penalty, early_stopping=early,
-                         max_length=max_length, alignment=align, rule=spec.beam_rule,
-                         min_length=min(spec.min_length, max_length - 1))
+                                   alignment=align, **controls)
+    controls.setdefault("min_length", min(spec.min_length, max_length - 1))
+    return spec.search_options(beam_size=beam, num_hypotheses=nbest, length_penalty=penalty, early_stopping=early,
+                               max_length=max_length, max_length_a=0.0, max_length_b=None, alignment=align, **controls)
+
+
+def _parse_controls(inputs: Mapping[str, np.ndarray | None], spec: ModelSpec, max_length: int | None) -> dict:
+    """The repetition controls a request sets (absent: the export's), as ``spec.search_options``
+    keywords; InputError names a bad one. ``max_length``: the request's MAX_LENGTH, if given."""
+    controls: dict = {}
+    ngram = _scalar(c.NO_REPEAT_NGRAM_SIZE, inputs.get(c.NO_REPEAT_NGRAM_SIZE), int)
+    if ngram is not None:
+        if not 0 <= ngram <= spec.max_target_len:
+            raise InputError(f"{c.NO_REPEAT_NGRAM_SIZE} must be between 0 (off) and {spec.max_target_len}, got {ngram}")
+        controls["no_repeat_ngram_size"] = ngram
+    penalty = _scalar(c.REPETITION_PENALTY, inputs.get(c.REPETITION_PENALTY), float)
+    if penalty is not None:
+        if not 0 < penalty <= c.REPETITION_PENALTY_LIMIT:  # NaN fails too
+            raise InputError(f"{c.REPETITION_PENALTY} must be a number in (0, {c.REPETITION_PENALTY_LIMIT:g}] "
+                             f"(1: off), got {penalty}")
+        controls["repetition_penalty"] = penalty
+    min_length = _scalar(c.MIN_LENGTH, inputs.get(c.MIN_LENGTH), int)
+    if min_length is not None:
+        limit, what = (spec.max_target_len, "the maximum length") if max_length is None else (max_length, c.MAX_LENGTH)
+        if not 0 <= min_length < limit:
+            raise InputError(f"{c.MIN_LENGTH} must be between 0 and {limit - 1} (below {what}), got {min_length}")
+        controls["min_length"] = min_length
+    if parse_bool(c.DISABLE_UNK, inputs.get(c.DISABLE_UNK), default=False):
+        controls["disable_unk"] = True
+    sequences = _suppress_sequences(inputs.get(c.SUPPRESS_SEQUENCES), spec.vocab)
+    if sequences:
+        controls["suppress_sequences"] = sequences
+    return controls
+
+
+def _suppress_sequences(value: np.ndarray | None, vocab: int) -> tuple[tuple[int, ...], ...]:
+    """SUPPRESS_SEQUENCES [s, L] int32, each row a sequence of target ids padded with -1."""
+    name = c.SUPPRESS_SEQUENCES
+    if value is None or value.size == 0:
+        return ()
+    array = np.asarray(value)
+    if array.ndim != 2 or not np.issubdtype(array.dtype, np.integer):
+        raise InputError(f"{name} must be a 2-D integer array [sequences, tokens] padded with -1, "
+                         f"got shape {list(array.shape)} of {array.dtype}")
+    if len(array) > c.SUPPRESS_SEQUENCES_LIMIT:
+        raise InputError(f"{name} has {len(array)} sequences, more than the {c.SUPPRESS_SEQUENCES_LIMIT} allowed")
+    out = []
+    for i, row in enumerate(array.tolist()):
+        n = sum(1 for x in row if x != -1)
+        if n == 0 or any(x == -1 for x in row[:n]):
+            raise InputError(f"{name}[{i}] must hold token ids, then only -1 padding, got {row}")
+        if not all(0 <= x < vocab for x in row[:n]):
+            raise InputError(f"{name}[{i}] holds an id outside the target vocabulary [0, {vocab}): {row[:n]}")
+        out.append(tuple(row[:n]))
+    return tuple(out)
 
 
 def parse_sources(src: np.ndarray | None, lengths: np.ndarray | None, spec: ModelSpec) -> list[list[int]]:
