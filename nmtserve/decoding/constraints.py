@@ -7,8 +7,9 @@ allocation (Post and Vilar 2018, "Fast Lexically Constrained Decoding with Dynam
 Allocation"; Hu et al. 2019 vectorize it): every step, besides the usual best continuations,
 each hypothesis is offered the token that continues the constraint it is in the middle of and
 the first token of every alternative of each constraint it has not met; the K beam slots are
-shared out between banks of hypotheses that have met 0, 1, ... n constraints, so hypotheses
-that are on their way to meeting constraints are not crowded out by likelier free ones. A
+shared out between banks of hypotheses by how far they are (0, 1, ... n constraints met, and
+halfway through one), so hypotheses on their way to meeting constraints are not crowded out by
+likelier free ones. A
 hypothesis may end (EOS) only once it has met them all; at the length limit the best ones end
 as they are and the result says how many constraints the chosen translation met.
 
@@ -45,7 +46,13 @@ class Progress:
     inside: tuple[int, int, int] | None = None
 
     def count(self) -> int:
+        """How many constraints are met."""
         return bin(self.met).count("1")
+
+    def bank(self) -> int:
+        """The bank a hypothesis sits in: two per met constraint, one more while inside an
+        alternative, so a hypothesis halfway through a term is not crowded out by free ones."""
+        return 2 * self.count() + (self.inside is not None)
 
 
 START = Progress()
@@ -95,17 +102,18 @@ class Candidate:
 
 
 def allocate(candidates: Sequence[Candidate], k: int, n_constraints: int) -> list[Candidate]:
-    """Dynamic beam allocation: ``k`` slots shared between banks of candidates by how many
-    constraints they have met (0..n), ``k // (n + 1)`` each and the rest to the fullest banks;
-    a bank without enough candidates gives its slots to the others, best scores first. Each
-    bank takes its best candidates. Returns the chosen, best first; ties: lower beam, then token."""
+    """Dynamic beam allocation: ``k`` slots shared between the banks of ``Progress.bank``
+    (0 .. 2n), ``k // (2n + 1)`` each and the rest to the furthest banks; a bank without enough
+    candidates gives its slots to the others, best scores first. Each bank takes its best
+    candidates. Returns the chosen, best first; ties: lower beam, then token."""
     order = sorted(candidates, key=lambda c: (-c.score, c.beam, c.token))
-    banks: list[list[Candidate]] = [[] for _ in range(n_constraints + 1)]
+    n_banks = 2 * n_constraints + 1
+    banks: list[list[Candidate]] = [[] for _ in range(n_banks)]
     for cand in order:
-        banks[cand.progress.count()].append(cand)
-    size = [k // (n_constraints + 1)] * (n_constraints + 1)
+        banks[cand.progress.bank()].append(cand)
+    size = [k // n_banks] * n_banks
     for i in range(k - sum(size)):
-        size[n_constraints - i % (n_constraints + 1)] += 1
+        size[n_banks - 1 - i % n_banks] += 1
     chosen: list[Candidate] = []
     spare = 0
     for bank, want in zip(banks, size, strict=True):

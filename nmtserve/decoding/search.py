@@ -87,6 +87,7 @@ from typing import Literal, Protocol
 import numpy as np
 
 from .. import defaults
+from .constraints import START, Candidate, Constraint, Progress, allocate, step_candidates
 
 # transformers starts beams 1..K-1 at -1e9 so the first step expands beam 0 only; a finite
 # value keeps degenerate tiny vocabularies (V < 2K) well defined.
@@ -231,6 +232,9 @@ class Hypothesis:
     # With ``SearchOptions.alignment``: per generated token, the source position the decoder
     # attended to most when it chose that token (its step's ``attention`` argmax).
     alignment: list[int] | None = None
+    # A sentence with terminology constraints (``BeamBatch.add``): how many this hypothesis met
+    # (all, unless the length limit ended it first); None without constraints.
+    constraints_met: int | None = None
 
 
 @dataclass
@@ -284,7 +288,7 @@ _EARLY_STOPPING = {False: 0, True: 1, "never": 2}
 _ROW_ARRAYS = ("scores", "tokens", "parents", "t", "max_len", "min_len", "penalty", "stopping",
                "pool_size", "pool_capacity", "pool_worst", "done", "sequences", "forced", "n_forced", "prompt",
                "aligned", "align", "rule", "top_finished",
-               "no_repeat", "repetition", "suppress", "loop_repeats", "loop_ngram")
+               "no_repeat", "repetition", "suppress", "loop_repeats", "loop_ngram", "constrained")
 
 
 class BeamBatch:
@@ -332,6 +336,7 @@ class BeamBatch:
     suppress: np.ndarray
     loop_repeats: np.ndarray
     loop_ngram: np.ndarray
+    constrained: np.ndarray  # (capacity,) bool: the row has terminology constraints (nmtserve.decoding.constraints)
 
     # Up to this many rows, ``advance`` of ``Candidates`` runs row by row in Python
     # (``_advance_few``): the ~60 NumPy calls of a vectorized step cost ~0.15 ms whatever the
@@ -349,6 +354,9 @@ class BeamBatch:
         # Distinct ``suppress_sequences`` of the rows added (``suppress`` indexes it), and whether
         # any row ever asked for a control or the loop cut: until then a step skips them at no cost.
         self.suppress_sets: list[tuple[tuple[int, ...], ...]] = [()]
+        # Per row: its terminology constraints, and each beam's progress through them.
+        self.terms: list[tuple[Constraint, ...]] = []
+        self.progress: list[list[Progress]] = []
         self._controls = self._loops = False
         # Sentence-steps on ``Candidates`` where a control's result could not be shown to equal the
         # full-vocabulary search's (the module's text); the known candidates were ranked.
@@ -371,7 +379,7 @@ class BeamBatch:
             "rule": np.zeros(capacity, np.int8), "top_finished": np.zeros(capacity, bool),
             "no_repeat": np.zeros(capacity, np.int64), "repetition": np.ones(capacity),
             "suppress": np.zeros(capacity, np.int64), "loop_repeats": np.zeros(capacity, np.int64),
-            "loop_ngram": np.ones(capacity, np.int64),
+            "loop_ngram": np.ones(capacity, np.int64), "constrained": np.zeros(capacity, bool),
         }
         for name, array in fresh.items():
             if b:
@@ -391,9 +399,10 @@ class BeamBatch:
         return options.max_length_for(source_length) + prefix.prompt
 
     def add(self, options: SearchOptions, source_length: int, prefix: TargetPrefix = NO_PREFIX,
-            max_steps: int | None = None) -> int:
+            max_steps: int | None = None, constraints: Sequence[Constraint] = ()) -> int:
         """A new sentence in the next row; returns the row. ``max_steps`` caps its steps (the
-        server's target length), prompt included."""
+        server's target length), prompt included. ``constraints``: target terms its translation
+        must contain (``nmtserve.decoding.constraints``; its steps then need the full log-probs)."""
         if options.beam_size != self.k:
             raise ValueError(f"beam_size {options.beam_size} in a batch of beam {self.k}")
         if self.eos_id in prefix.tokens:
@@ -429,6 +438,11 @@ class BeamBatch:
         self._loops |= options.loop_repeats > 0
         self.pools.append(_Finished(max(options.n_finished, capacity)))
         self.options.append(options)
+        if constraints and (self.n_forced[row] or options.rule != "transformers"):
+            raise ValueError("terminology constraints are for the transformers rule without a target prefix")
+        self.constrained[row] = bool(constraints)
+        self.terms.append(tuple(constraints))
+        self.progress.append([START] * self.k)
         self.size += 1
         return row
 
@@ -442,6 +456,8 @@ class BeamBatch:
                 array[moved] = array[order[moved]]  # the right side is a copy: overlaps are safe
         self.pools = [self.pools[i] for i in order.tolist()]
         self.options = [self.options[i] for i in order.tolist()]
+        self.terms = [self.terms[i] for i in order.tolist()]
+        self.progress = [self.progress[i] for i in order.tolist()]
         self.size = len(order)
 
     def prefix(self, row: int, beam: int) -> list[int]:
@@ -449,7 +465,9 @@ class BeamBatch:
         return self.sequences[row, beam, : int(self.t[row])].tolist()
 
     def results(self, row: int) -> list[Hypothesis]:
-        return sorted(self.pools[row].hyps, key=lambda h: -h.score)[: self.options[row].num_hypotheses]
+        """The row's best hypotheses; with constraints, those that met more of them first."""
+        return sorted(self.pools[row].hyps, key=lambda h: (-(h.constraints_met or 0), -h.score)
+                      )[: self.options[row].num_hypotheses]
 
     @property
     def wants_attention(self) -> bool:
@@ -462,9 +480,15 @@ class BeamBatch:
         while ``wants_attention``)."""
         b, k, eos = self.size, self.k, self.eos_id
         self._attention = None if attention is None else np.asarray(attention, dtype=np.int16)
+        constrained = np.flatnonzero(self.constrained[:b])
+        if len(constrained) and isinstance(log_probs, Candidates):
+            raise ValueError("a sentence with terminology constraints needs the step's full log-probs "
+                             "(BeamBatch.wants_log_probs)")
         if isinstance(log_probs, Candidates) and b <= self.few_rows:
             self._advance_few(log_probs)
             return
+        before = {int(r): (self.scores[r].copy(), self.sequences[r, :, : int(self.t[r])].copy(), int(self.t[r]))
+                  for r in constrained}
         scores = self.scores[:b]
         no_eos = self.t[:b] < self.min_len[:b]  # below min_length, EOS has probability 0
         controlled = self._controlled_rows()
@@ -512,6 +536,8 @@ class BeamBatch:
         if len(forcing):
             self._force(forcing, top_beam, top_token, top_scores)
         self._apply(top_beam, top_token, top_scores)
+        for row, state in before.items():  # their step again, by dynamic beam allocation
+            self._advance_constrained(row, log_probs[row], *state)
 
     def _force(self, rows: np.ndarray, top_beam: np.ndarray, top_token: np.ndarray, top_scores: np.ndarray) -> None:
         """Rows still in their prefix: every beam continues itself with the forced token and its
@@ -544,6 +570,7 @@ class BeamBatch:
         # Only candidates ranked in the top K may finish (transformers' rule); at the maximum length
         # every top-K candidate finishes, whatever its token.
         finishing = (is_eos | at_max[:, None]) & (np.arange(n) < k) & (top_scores > -np.inf)
+        finishing &= ~self.constrained[:b, None]  # their own step follows (_advance_constrained)
         if finishing.any():
             self._finish(finishing, top_beam, top_token, top_scores, counted)
         running = ~is_eos
@@ -574,7 +601,44 @@ class BeamBatch:
     def wants_log_probs(self) -> bool:
         """Whether this step needs every token's log-probability, not just ``Candidates``: a
         "fairseq" row at its last step, where EOS is forced whether or not it is a candidate."""
-        return bool(self._eos_forced().any())
+        return bool(self._eos_forced().any() or self.constrained[: self.size].any())
+
+    def _advance_constrained(self, row: int, log_probs: np.ndarray, scores: np.ndarray, sequences: np.ndarray,
+                             t: int) -> None:
+        """One step of a constrained row from its state before the step (``scores`` (K,),
+        ``sequences`` (K, t)) and its log-probs (K, V) with the step's bans applied: the beam is
+        shared out by dynamic beam allocation (``constraints.allocate``); EOS only once every
+        term is met; at the length limit every chosen candidate ends as it is."""
+        k, eos, terms = self.k, self.eos_id, self.terms[row]
+        gen_len = t + 1
+        counted = max(gen_len - int(self.prompt[row]), 1)
+        at_max = gen_len >= int(self.max_len[row])
+        cands = step_candidates(scores, log_probs, self.progress[row], terms, eos,
+                                no_eos=t < int(self.min_len[row]), at_max=at_max, best=2 * k)
+        chosen = allocate(cands, k, len(terms))
+        pool, penalty = self.pools[row], float(self.penalty[row])
+        everything = (1 << len(terms)) - 1
+        met_done = any(h.constraints_met == len(terms) for h in pool.hyps)
+        running: list[Candidate] = []
+        for cand in chosen:
+            if cand.token == eos or at_max:
+                if cand.progress.met != everything and met_done:
+                    continue  # a translation with every term is already there
+                pool.add(Hypothesis([*sequences[cand.beam].tolist(), cand.token], cand.score / float(counted) ** penalty,
+                                    cand.score, None, cand.progress.count()))
+            else:
+                running.append(cand)
+        dead = k - len(running)
+        parents = [c.beam for c in running] + [0] * dead
+        self.sequences[row, :, :t] = sequences[parents]
+        self.sequences[row, :, t] = [c.token for c in running] + [eos] * dead
+        self.tokens[row] = self.sequences[row, :, t]
+        self.parents[row] = parents
+        self.scores[row] = [c.score for c in running] + [-np.inf] * dead
+        self.progress[row] = [c.progress for c in running] + [START] * dead
+        self.t[row] = gen_len
+        self.pool_size[row], self.pool_worst[row] = len(pool.hyps), pool.worst()
+        self.done[row] = at_max or not running or self._cannot_improve_one(row, running[0].score, counted)
 
     def _eos_forced(self) -> np.ndarray:
         """Rows of the "fairseq" rule at their last step, where only EOS may follow (b,)."""
@@ -890,11 +954,13 @@ def beam_search(
     bos_id: int,
     eos_id: int,
     prefixes: Sequence[TargetPrefix] | None = None,
+    constraints: Sequence[Sequence[Constraint]] | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode ``batch_size`` sentences; returns, per sentence, its best hypotheses (best first).
 
     Each sentence's result is independent of the others in the batch; finished sentences leave
-    the running batch at once. ``prefixes``: per sentence, the tokens its hypotheses start with.
+    the running batch at once. ``prefixes``: per sentence, the tokens its hypotheses start with;
+    ``constraints``: per sentence, the terms its translation must contain.
     """
     lengths = [int(n) for n in source_lengths]
     assert len(lengths) == batch_size
@@ -903,8 +969,9 @@ def beam_search(
     batch = BeamBatch(options.beam_size, bos_id=bos_id, eos_id=eos_id, capacity=batch_size,
                       max_steps=max((BeamBatch.steps_for(options, n, p) for n, p in zip(lengths, prefixes, strict=True)),
                                     default=1))
-    for n, prefix in zip(lengths, prefixes, strict=True):
-        batch.add(options, n, prefix)
+    terms = list(constraints) if constraints is not None else [()] * batch_size
+    for n, prefix, sentence_terms in zip(lengths, prefixes, terms, strict=True):
+        batch.add(options, n, prefix, constraints=sentence_terms)
     sentence = np.arange(batch_size)  # the sentence in each row
     results: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
     parents = batch_index = None

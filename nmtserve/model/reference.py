@@ -84,17 +84,18 @@ class TorchRuntime:
 
 def reference_decode(
     model: Transformer, batch: Sequence[Sequence[int]], options: SearchOptions,
-    prefixes: Sequence[TargetPrefix] | None = None,
+    prefixes: Sequence[TargetPrefix] | None = None, constraints=None,
 ) -> list[list[Hypothesis]]:
     """Beam-search a batch of source id lists (each ending with EOS) with the PyTorch model,
-    each sentence with its target prefix if given."""
+    each sentence with its target prefix and its terminology constraints if given."""
     cfg = model.config
     lengths = [len(ids) for ids in batch]
     prefixes = list(prefixes) if prefixes is not None else [NO_PREFIX] * len(batch)
     max_steps = max(BeamBatch.steps_for(options, n, p) for n, p in zip(lengths, prefixes, strict=True))
     stepper = TorchRuntime(model).step_model(pad_batch(batch, cfg.pad_id), options.beam_size, max_steps)
     stepper.want_attention = options.alignment
-    return beam_search(stepper, len(batch), lengths, options, bos_id=cfg.bos_id, eos_id=cfg.eos_id, prefixes=prefixes)
+    return beam_search(stepper, len(batch), lengths, options, bos_id=cfg.bos_id, eos_id=cfg.eos_id, prefixes=prefixes,
+                       constraints=constraints)
 
 
 def translate(
