@@ -64,8 +64,8 @@ def _cand(score, beam, token, met):
 
 def test_allocation_keeps_slots_for_hypotheses_that_met_more_terms():
     cands = [_cand(-1.0 - i * 0.1, i, 3, 0) for i in range(6)] + [_cand(-5.0, 0, 9, 0b1), _cand(-9.0, 1, 9, 0b11)]
-    chosen = allocate(cands, 4, 2)
-    # 4 slots over 5 banks (0, half of one, 1, half of two, 2 met): the furthest four get one
+    chosen = allocate(cands, 4, TERMS)
+    # 4 slots over the banks of 0..4 constraint tokens (TERMS: 3 + 1): the furthest four get one
     # each; the unused ones go back to the best remaining candidates
     assert {(c.beam, c.token) for c in chosen} >= {(0, 9), (1, 9)}
     assert len(chosen) == 4
@@ -74,7 +74,7 @@ def test_allocation_keeps_slots_for_hypotheses_that_met_more_terms():
 
 def test_without_constraints_allocation_is_the_best_k():
     cands = [_cand(-float(i), i % 3, i, 0) for i in range(10)]
-    assert [c.token for c in allocate(cands, 4, 0)] == [0, 1, 2, 3]
+    assert [c.token for c in allocate(cands, 4, ())] == [0, 1, 2, 3]
 
 
 def test_eos_waits_until_every_term_is_met_except_at_the_length_limit():

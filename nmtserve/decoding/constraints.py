@@ -7,9 +7,8 @@ allocation (Post and Vilar 2018, "Fast Lexically Constrained Decoding with Dynam
 Allocation"; Hu et al. 2019 vectorize it): every step, besides the usual best continuations,
 each hypothesis is offered the token that continues the constraint it is in the middle of and
 the first token of every alternative of each constraint it has not met; the K beam slots are
-shared out between banks of hypotheses by how far they are (0, 1, ... n constraints met, and
-halfway through one), so hypotheses on their way to meeting constraints are not crowded out by
-likelier free ones. A
+shared out between banks of hypotheses by how many constraint tokens they have produced, so
+hypotheses on their way to meeting constraints are not crowded out by likelier free ones. A
 hypothesis may end (EOS) only once it has met them all; at the length limit the best ones end
 as they are and the result says how many constraints the chosen translation met.
 
@@ -36,6 +35,10 @@ class Constraint:
         if not self.alternatives or any(not a for a in self.alternatives):
             raise ValueError("a constraint needs at least one non-empty alternative")
 
+    @property
+    def shortest(self) -> int:
+        return min(len(a) for a in self.alternatives)
+
 
 @dataclass(frozen=True)
 class Progress:
@@ -49,10 +52,15 @@ class Progress:
         """How many constraints are met."""
         return bin(self.met).count("1")
 
-    def bank(self) -> int:
-        """The bank a hypothesis sits in: two per met constraint, one more while inside an
-        alternative, so a hypothesis halfway through a term is not crowded out by free ones."""
-        return 2 * self.count() + (self.inside is not None)
+    def bank(self, constraints: Sequence[Constraint]) -> int:
+        """The bank a hypothesis sits in: the constraint tokens it has produced (a met constraint
+        counts its shortest alternative; inside one, the tokens matched so far, short of that), so a
+        hypothesis halfway through a term is not crowded out by free ones (Post and Vilar's banks)."""
+        units = sum(c.shortest for i, c in enumerate(constraints) if self.met & (1 << i))
+        if self.inside is not None:
+            c, _, done = self.inside
+            units += min(done, constraints[c].shortest - 1)
+        return units
 
 
 START = Progress()
@@ -101,16 +109,16 @@ class Candidate:
     progress: Progress
 
 
-def allocate(candidates: Sequence[Candidate], k: int, n_constraints: int) -> list[Candidate]:
-    """Dynamic beam allocation: ``k`` slots shared between the banks of ``Progress.bank``
-    (0 .. 2n), ``k // (2n + 1)`` each and the rest to the furthest banks; a bank without enough
+def allocate(candidates: Sequence[Candidate], k: int, constraints: Sequence[Constraint]) -> list[Candidate]:
+    """Dynamic beam allocation: ``k`` slots shared between the banks of ``Progress.bank`` (0 ..
+    the constraint tokens), as many each and the rest to the furthest banks; a bank without enough
     candidates gives its slots to the others, best scores first. Each bank takes its best
     candidates. Returns the chosen, best first; ties: lower beam, then token."""
     order = sorted(candidates, key=lambda c: (-c.score, c.beam, c.token))
-    n_banks = 2 * n_constraints + 1
+    n_banks = sum(c.shortest for c in constraints) + 1
     banks: list[list[Candidate]] = [[] for _ in range(n_banks)]
     for cand in order:
-        banks[cand.progress.bank()].append(cand)
+        banks[cand.progress.bank(constraints)].append(cand)
     size = [k // n_banks] * n_banks
     for i in range(k - sum(size)):
         size[n_banks - 1 - i % n_banks] += 1

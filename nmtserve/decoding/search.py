@@ -615,7 +615,7 @@ class BeamBatch:
         at_max = gen_len >= int(self.max_len[row])
         cands = step_candidates(scores, log_probs, self.progress[row], terms, eos,
                                 no_eos=t < int(self.min_len[row]), at_max=at_max, best=2 * k)
-        chosen = allocate(cands, k, len(terms))
+        chosen = allocate(cands, k, terms)
         pool, penalty = self.pools[row], float(self.penalty[row])
         everything = (1 << len(terms)) - 1
         met_done = any(h.constraints_met == len(terms) for h in pool.hyps)
