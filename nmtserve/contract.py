@@ -49,6 +49,16 @@ NBEST_SCORE = "NBEST_SCORE"  # [n, k]
 # [n] optional: per sentence, text its translation must start with ("" = none); forced after the
 # target language token, returned as part of the translation (CTranslate2's target_prefix)
 TARGET_PREFIX = "TARGET_PREFIX"
+# [n] optional (or [1] for every sentence): per TEXT element, terminology its translation must
+# contain, as a JSON array whose items are a target term (a string) or its alternative renderings
+# (a list of strings, any one will do): '[["chat", "chatte"], "maison"]'; "" = none. Decoded by
+# constrained beam search (nmtserve.decoding.constraints); an element the length limit ended
+# before a term was met says so in WARNING. At most TERMS_LIMIT terms, TERM_ALTERNATIVES_LIMIT
+# alternatives each, TERM_TOKENS_LIMIT target tokens per alternative. A term applies to one
+# sentence: an element with terms that SPLIT_SENTENCES cuts into several sentences (or that is cut
+# to fit the token limit) is refused; not with TARGET_PREFIX on the same element, nor on a
+# multilingual model (its forced target language token)
+TERMS = "TERMS"
 # [1] optional bool, default true: a TEXT element of several sentences is translated sentence by
 # sentence (the document path's segmenter) and put back together with its own spacing; false for
 # callers who send one sentence per element
@@ -80,6 +90,13 @@ OUT_ALIGN = "OUT_ALIGN"  # [n, k, T] int32: per token of OUT_IDS its source posi
 FORCED_IDS = "FORCED_IDS"
 FORCED_LEN = "FORCED_LEN"
 PROMPT_LEN = "PROMPT_LEN"
+# Per sentence, its TERMS as target token ids (tokenize -> generate, or a caller of `generate` with
+# its own ids): TERM_IDS [n, L] int32, a row per sentence holding each term's alternatives, an
+# alternative followed by TERM_OR (another rendering of the same term comes next) or TERM_AND (the
+# term ends; the next one comes next), the row padded with TERM_PAD; a row of padding: no terms.
+# [[5, 6, TERM_OR, 9, TERM_AND, 12, TERM_AND, TERM_PAD]] = (5 6 or 9) and 12.
+TERM_IDS = "TERM_IDS"
+TERM_PAD, TERM_OR, TERM_AND = -1, -2, -3
 # How tokenize cut the TEXT elements (protocol.Pieces): PIECES [n] int32, the sentences of each
 # element, and GAPS [m + n] strings, the text around them, for detokenize to put them together
 PIECES = "PIECES"
@@ -122,6 +139,11 @@ ALIGNMENTS_PARAMETER = "alignments"
 LENGTH_PENALTY_LIMIT = 10.0  # |LENGTH_PENALTY| accepted
 REPETITION_PENALTY_LIMIT = 10.0  # REPETITION_PENALTY accepted in (0, this]
 SUPPRESS_SEQUENCES_LIMIT = 64  # SUPPRESS_SEQUENCES rows (each costs a few array operations per step)
+# TERMS per element: a constrained sentence steps in Python over its full log-probs, and dynamic
+# beam allocation shares the beam between 2 * terms + 1 banks, so many terms starve each bank.
+TERMS_LIMIT = 16
+TERM_ALTERNATIVES_LIMIT = 8  # renderings of one term
+TERM_TOKENS_LIMIT = 32  # target tokens of one rendering
 
 
 def sentence(i: int) -> str:
@@ -152,8 +174,9 @@ OPTIONS = [Tensor(name, t, OPTION_DIMS.get(name, (1,)), optional=True) for name,
 LANGUAGES = [Tensor(SOURCE_LANG, "TYPE_STRING", (1,), optional=True),
              Tensor(TARGET_LANG, "TYPE_STRING", (-1,), optional=True)]
 TARGET_PREFIXES = Tensor(TARGET_PREFIX, "TYPE_STRING", (-1,), optional=True)
+TERM_TEXTS = Tensor(TERMS, "TYPE_STRING", (-1,), optional=True)
 SPLIT = Tensor(SPLIT_SENTENCES, "TYPE_BOOL", (1,), optional=True)
-TRANSLATE_INPUTS = [Tensor(TEXT, "TYPE_STRING", (-1,)), *OPTIONS, TARGET_PREFIXES, SPLIT]
+TRANSLATE_INPUTS = [Tensor(TEXT, "TYPE_STRING", (-1,)), *OPTIONS, TARGET_PREFIXES, SPLIT, TERM_TEXTS]
 # The pair router's and a multilingual ensemble's inputs.
 LANGUAGE_INPUTS = [*TRANSLATE_INPUTS, *LANGUAGES]
 ROUTER_INPUTS = LANGUAGE_INPUTS
@@ -161,23 +184,25 @@ TRANSLATE_OUTPUTS = [Tensor(TRANSLATION, "TYPE_STRING", (-1,)), Tensor(SCORE, "T
                      Tensor(NBEST_TRANSLATION, "TYPE_STRING", (-1, -1)), Tensor(NBEST_SCORE, "TYPE_FP32", (-1, -1)),
                      Tensor(CUTS, "TYPE_INT32", (-1,)), Tensor(WARNING, "TYPE_STRING", (-1,)),
                      Tensor(ALIGNMENT, "TYPE_STRING", (-1,))]
-TOKENIZE_INPUTS = [Tensor(TEXT, "TYPE_STRING", (-1,)), TARGET_PREFIXES, SPLIT]
+TOKENIZE_INPUTS = [Tensor(TEXT, "TYPE_STRING", (-1,)), TARGET_PREFIXES, SPLIT, TERM_TEXTS]
 MULTILINGUAL_TOKENIZE_INPUTS = [*TOKENIZE_INPUTS, *LANGUAGES]
 SOURCE_TENSORS = [Tensor(SRC_IDS, "TYPE_INT32", (-1, -1)), Tensor(SRC_LEN, "TYPE_INT32", (-1,))]
 FORCED_TENSORS = [Tensor(FORCED_IDS, "TYPE_INT32", (-1, -1)), Tensor(FORCED_LEN, "TYPE_INT32", (-1,)),
                   Tensor(PROMPT_LEN, "TYPE_INT32", (-1,))]
 LAYOUT_TENSORS = [Tensor(PIECES, "TYPE_INT32", (-1,)), Tensor(GAPS, "TYPE_STRING", (-1,)), Tensor(CUTS, "TYPE_INT32", (-1,))]
-TOKENIZE_OUTPUTS = [*SOURCE_TENSORS, *FORCED_TENSORS, *LAYOUT_TENSORS]
-# A caller of `generate` with its own ids may leave the forced tokens out.
-GENERATE_INPUTS = [*SOURCE_TENSORS, *OPTIONS, *(Tensor(t.name, t.triton_type, t.dims, optional=True) for t in FORCED_TENSORS)]
+TERM_TENSORS = [Tensor(TERM_IDS, "TYPE_INT32", (-1, -1))]
+TOKENIZE_OUTPUTS = [*SOURCE_TENSORS, *FORCED_TENSORS, *TERM_TENSORS, *LAYOUT_TENSORS]
+# A caller of `generate` with its own ids may leave the forced tokens and the terms out.
+GENERATE_INPUTS = [*SOURCE_TENSORS, *OPTIONS,
+                   *(Tensor(t.name, t.triton_type, t.dims, optional=True) for t in (*FORCED_TENSORS, *TERM_TENSORS))]
 GENERATE_OUTPUTS = [Tensor(OUT_IDS, "TYPE_INT32", (-1, -1, -1)), Tensor(OUT_LEN, "TYPE_INT32", (-1, -1)),
                     Tensor(OUT_SCORE, "TYPE_FP32", (-1, -1)), Tensor(OUT_ALIGN, "TYPE_INT32", (-1, -1, -1))]
 # Without the layout (a caller with its own ids) each row is one element; with the request's TEXT
-# (and a multilingual model's languages) each element's WARNING is checked.
+# (and a multilingual model's languages, and its TERMS) each element's WARNING is checked.
 # OUT_ALIGN and the source ids (tokenize's SRC_IDS/SRC_LEN) give ALIGNMENT.
 DETOKENIZE_INPUTS = [*(Tensor(t.name, t.triton_type, t.dims, optional=t.name == OUT_ALIGN) for t in GENERATE_OUTPUTS),
                      *(Tensor(t.name, t.triton_type, t.dims, optional=True) for t in (*LAYOUT_TENSORS, *SOURCE_TENSORS)),
-                     Tensor(TEXT, "TYPE_STRING", (-1,), optional=True), *LANGUAGES]
+                     Tensor(TEXT, "TYPE_STRING", (-1,), optional=True), *LANGUAGES, TERM_TEXTS]
 DETOKENIZE_OUTPUTS = TRANSLATE_OUTPUTS
 # The n-best inputs and outputs make no sense for a whole document: one translation comes back.
 DOCUMENT_INPUTS = [Tensor(DOCUMENT, "TYPE_STRING", (1,)), Tensor(FORMAT, "TYPE_STRING", (1,), optional=True),

@@ -2,7 +2,7 @@
 
 A small or out-of-domain model can drop a clause and still write fluent text ("I bought 3 chairs
 and twenty-one books" -> "J'ai acheté vingt et un livres"): the worst answer a translation
-service can give, because nothing looks wrong. ``warning`` looks for three signs of trouble:
+service can give, because nothing looks wrong. ``warning`` looks for four signs of trouble:
 
 * **A number left out.** Every number of the source should be in the translation. Numbers in
   digits are compared by their digits (1-9: "12,000" -> "12 000", "7:00" -> "7 h" and "12.50"
@@ -12,6 +12,8 @@ service can give, because nothing looks wrong. ``warning`` looks for three signs
 * **Too short.** A translation under ``SHORT_FACTOR`` times the model's usual length ratio
   (target / source characters, measured by the export on its held-out sentences and recorded in
   the model's spec) for a source of at least ``MIN_CHARS_FOR_LENGTH`` characters.
+* **A term missing.** A term the request asked for (TERMS) none of whose renderings is in the
+  translation: constrained decoding writes every term unless the length limit ended it first.
 * **A score far under the model's usual** (``SCORE_FLOOR_FACTOR`` times the 1st percentile of its
   held-out scores, measured at export): input outside what the model knows, answered with fluent
   nonsense ("may be wrong").
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Sequence
 from functools import lru_cache
 
 # A score (length-normalised log-probability) under this many times the 1st percentile of the
@@ -116,14 +119,24 @@ def missing_numbers(source: str, translation: str, source_language: str | None =
     return f"the source mentions {have} numbers, the translation {get}" if get < have else ""
 
 
+def missing_terms(translation: str, terms: Sequence[Sequence[str]]) -> list[str]:
+    """The terms (each its renderings, any one will do) none of whose renderings is in
+    ``translation``, each named by its first rendering: a term the length limit cut off, which
+    constrained decoding otherwise always writes."""
+    text = " ".join(translation.split())
+    return [term[0] for term in terms if term and not any(" ".join(t.split()) in text for t in term)]
+
+
 def warning(source: str, translation: str, source_language: str | None = None, target_language: str | None = None,
-            length_ratio: float = 0.0, score: float | None = None, score_floor: float = 0.0) -> str:
+            length_ratio: float = 0.0, score: float | None = None, score_floor: float = 0.0,
+            terms: Sequence[Sequence[str]] = ()) -> str:
     """"" when nothing suggests the translation leaves part of ``source`` out or is wrong; else why
     it may ("may be incomplete: ...", "may be wrong: ...").
 
     ``length_ratio``: the model's usual target / source length in characters (0: unknown, the
     length is not checked); ``score`` the translation's score and ``score_floor`` the model's
-    floor (``usual_score_floor``; 0: not checked)."""
+    floor (``usual_score_floor``; 0: not checked); ``terms``: the terms the request asked for
+    (``missing_terms``)."""
     if not source.strip():
         return ""
     unsure = ""
@@ -131,6 +144,7 @@ def warning(source: str, translation: str, source_language: str | None = None, t
         unsure = f"may be wrong: the model is unsure of it (score {score:.2f}, under this model's floor of {score_floor:.2f})"
     lost = missing_numbers(source, translation, source_language, target_language)
     reasons = [lost] if lost else []
+    reasons += [f"the term '{term}' is missing" for term in missing_terms(translation, terms)]
     if length_ratio > 0 and len(source) >= MIN_CHARS_FOR_LENGTH:
         ratio = len(translation) / len(source)
         if ratio < SHORT_FACTOR * length_ratio:

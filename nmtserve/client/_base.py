@@ -313,7 +313,10 @@ class BaseTranslator(Generic[Batches]):
         raise NotImplementedError
 
     def _batches(self, texts: str | Iterable[str], args: TranslateArgs) -> Batches:
-        """translate_batches for translate / translate_iter's keyword arguments."""
+        """translate_batches for translate / translate_iter's keyword arguments (one str input's
+        ``terms`` are its own list of terms)."""
+        if isinstance(texts, str) and args.get("terms") is not None:
+            args = {**args, "terms": [args["terms"]]}  # type: ignore[typeddict-item]
         options = options_from("translate", args, TranslateArgs)
         return self.translate_batches(texts, options, args.get("on_error", "raise"))
 

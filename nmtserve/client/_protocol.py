@@ -7,6 +7,7 @@ a parameter here, not a reason for a second copy.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -107,6 +108,10 @@ class Options:
     min_length: int | None = None
     disable_unk: bool = False
     suppress_sequences: Sequence[Sequence[int]] = ()
+    # Terminology: per input sentence (a list, one entry each), None or [] for none, else its
+    # terms, each a str or a list of alternative renderings (str) of which one must appear:
+    # [["chat", "chatte"], "maison"]. Sent as the server's TERMS (one JSON array per sentence).
+    terms: Sequence[Sequence[str | Sequence[str]] | None] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.alignment, bool):
@@ -147,6 +152,25 @@ class Options:
         ):
             raise InvalidInputError(f"length_penalty must be a finite number, got {penalty!r}")
         self._check_controls()
+        self._check_terms()
+
+    def _check_terms(self) -> None:
+        if self.terms is None:
+            return
+        if isinstance(self.terms, (str, bytes)) or not isinstance(self.terms, Sequence):
+            raise InvalidInputError(f"terms must be a list with one entry per input sentence, got {self.terms!r}")
+        for i, entry in enumerate(self.terms):
+            if entry is None:
+                continue
+            if isinstance(entry, (str, bytes)) or not isinstance(entry, Sequence):
+                raise InvalidInputError(f"terms[{i}] must be None or a list of terms (a str, or a list of its "
+                                        f"alternative renderings), got {entry!r}")
+            for term in entry:
+                renderings = [term] if isinstance(term, str) else term
+                if (isinstance(renderings, bytes) or not isinstance(renderings, Sequence) or not renderings
+                        or not all(isinstance(r, str) and r.strip() for r in renderings)):
+                    raise InvalidInputError(f"terms[{i}]: a term must be a non-empty str or a non-empty list of "
+                                            f"them, got {term!r}")
 
     def _check_controls(self) -> None:
         for name in ("no_repeat_ngram_size", "min_length"):
@@ -196,7 +220,8 @@ class TranslateArgs(_CallArgs, total=False):
     (``on_error``: "raise" or "return"), ``target_lang`` / ``target_prefix``, each one for
     all sentences or a list of one per input sentence, and the repetition controls
     (``no_repeat_ngram_size``, ``repetition_penalty``, ``min_length``, ``disable_unk``,
-    ``suppress_sequences``; sentences only: a document decodes with the server's defaults)."""
+    ``suppress_sequences``; sentences only: a document decodes with the server's defaults), and
+    ``terms`` (per input sentence its terminology; for a single str input, its list of terms)."""
 
     num_hypotheses: int
     all_hypotheses: bool
@@ -210,6 +235,7 @@ class TranslateArgs(_CallArgs, total=False):
     target_lang: str | Sequence[str] | None
     target_prefix: str | Sequence[str] | None
     split_sentences: bool
+    terms: Sequence[Sequence[str | Sequence[str]] | None] | None
 
 
 def options_from(method: str, args: Mapping[str, Any], accepted: type) -> Options:
@@ -237,7 +263,7 @@ class Request:
     optional_outputs: tuple[str, ...] = ()
 
 
-def _per_sentence(name: str, value: str | Sequence[str], indices: Sequence[int] | None, n: int) -> list[str]:
+def _per_sentence(name: str, value: str | Sequence[Any], indices: Sequence[int] | None, n: int) -> list[Any]:
     """A per-call value for each of a request's sentences: the same string, or the entries of a
     per-sentence list at the sentences' input positions."""
     if isinstance(value, str):
@@ -283,6 +309,12 @@ def encode_request(texts: Sequence[bytes], options: Options, indices: Sequence[i
             if len(set(values)) == 1:
                 values = values[:1]
         inputs.append((name, np.array([v.encode("utf-8") for v in values], dtype=np.object_), "BYTES"))
+    if options.terms is not None:  # sent only when given: a server older than TERMS never sees it
+        entries = _per_sentence("terms", options.terms, indices, n)
+        terms = [json.dumps([t if isinstance(t, str) else list(t) for t in e], ensure_ascii=False) if e else ""
+                 for e in entries]
+        if any(terms):
+            inputs.append((C.INPUT_TERMS, np.array([t.encode("utf-8") for t in terms], dtype=np.object_), "BYTES"))
     if not options.split_sentences:  # sent only when it differs from the server's default
         inputs.append((C.INPUT_SPLIT_SENTENCES, np.array([False]), "BOOL"))
     if options.early_stopping:  # likewise: a server older than the input never sees it unasked

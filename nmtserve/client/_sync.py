@@ -94,7 +94,10 @@ class Translator(BaseTranslator[Generator[list[Translation], None, None]]):
         translations differ from the default rule's), ``alignment`` (True: each result's
         ``alignment``, its word pairs with the input, from the decoder's attention), the
         repetition controls ``no_repeat_ngram_size``, ``repetition_penalty``, ``min_length``,
-        ``disable_unk``, ``suppress_sequences`` (target token ids; docs/contract.md#repetition-controls).
+        ``disable_unk``, ``suppress_sequences`` (target token ids; docs/contract.md#repetition-controls),
+        ``terms`` (terminology: one entry per input, None or a list of terms, each a str or a list
+        of alternative renderings, one of which the translation must contain; a str input takes
+        its own list: ``translate("I bought it.", terms=["achetée"])``; docs/contract.md#terminology).
         Raises a TranslationError subclass (see ``nmtserve.client.errors``) unless every sentence
         got its translation.
         """

@@ -35,7 +35,9 @@ The pool and the memory live in the runtime's ``arrays`` backend (``nmtserve.run
 NumPy for the CPU runtimes, CuPy on a GPU, where they never leave the device. A step hands the
 runtime small host tables (ids, positions, ``cache_rows``, masks) and gets back each
 hypothesis' best ``2 * max_beam + 1`` tokens (chosen inside the decoder graph) for the search,
-and the new K/V, which it scatters into the pool where the pool lives.
+and the new K/V, which it scatters into the pool where the pool lives. A group holding a sentence
+with terms (``submit(constraints=)``, per sentence like its target prefix) asks for the full
+``log_probs`` instead while that sentence runs (``BeamBatch.wants_log_probs``).
 
 Torch-free and Triton-free: the runtime is anything with ``spec``, ``encode(src_ids)`` and
 ``run_step(feeds) -> {name: array}`` (``OnnxModel`` in-process, ``TensorRTModel`` on a GPU, or
@@ -55,6 +57,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .. import defaults, graphs
+from ..decoding.constraints import Constraint
 from ..decoding.search import (
     NO_PREFIX,
     BeamBatch,
@@ -105,6 +108,7 @@ class _Request:
     cancelled: Callable[[], bool] | None = None
     queued_at: float = field(default_factory=time.monotonic)
     prefixes: Sequence[TargetPrefix] = ()  # per sentence; () for none
+    constraints: Sequence[Sequence[Constraint]] = ()  # per sentence, its terms; () for none
 
     def __post_init__(self) -> None:
         self.results = [None] * len(self.sources)
@@ -113,9 +117,13 @@ class _Request:
     def prefix(self, i: int) -> TargetPrefix:
         return self.prefixes[i] if self.prefixes else NO_PREFIX
 
+    def terms(self, i: int) -> Sequence[Constraint]:
+        return self.constraints[i] if self.constraints else ()
+
 
 def check_request(sources: Sequence[Sequence[int]], options: SearchOptions, spec: ModelSpec, max_beam: int,
-                  prefixes: Sequence[TargetPrefix] | None = None, attention: bool = True) -> None:
+                  prefixes: Sequence[TargetPrefix] | None = None, attention: bool = True,
+                  constraints: Sequence[Sequence[Constraint]] | None = None) -> None:
     """What a loop refuses at submit, checked before any part of a request is queued
     (``attention``: whether the runtime's decoder has the ``attention`` output)."""
     if options.beam_size > max_beam:
@@ -133,10 +141,19 @@ def check_request(sources: Sequence[Sequence[int]], options: SearchOptions, spec
         if too_long:
             raise ValueError(f"the target prefix of sentence {too_long[0]} has {len(prefixes[too_long[0]].tokens)} "
                              f"tokens, the most is {spec.max_target_len - 1} (max_target_len - 1)")
+    if constraints:  # what BeamBatch.add refuses, refused before the engine thread meets it
+        if len(constraints) != len(sources):
+            raise ValueError(f"{len(constraints)} lists of terms for {len(sources)} sentences")
+        if any(constraints) and options.rule != "transformers":
+            raise ValueError(f"terms are decoded with transformers' beam search rule, not {options.rule}'s")
+        both = [i for i, t in enumerate(constraints) if t and prefixes and prefixes[i].tokens]
+        if both:
+            raise ValueError(f"sentence {both[0]} has both terms and forced tokens (a target prefix)")
 
 
 def _wait_for(submit: Callable, sources: Sequence[Sequence[int]], options: SearchOptions,
-              timeout: float | None, prefixes: Sequence[TargetPrefix] | None = None) -> list[list[Hypothesis]]:
+              timeout: float | None, prefixes: Sequence[TargetPrefix] | None = None,
+              constraints: Sequence[Sequence[Constraint]] | None = None) -> list[list[Hypothesis]]:
     """``submit`` a request and block until its callback runs; its error is raised here."""
     done = threading.Event()
     box: dict = {}
@@ -145,7 +162,7 @@ def _wait_for(submit: Callable, sources: Sequence[Sequence[int]], options: Searc
         box["results"], box["error"] = results, error
         done.set()
 
-    submit(sources, options, callback, prefixes=prefixes)
+    submit(sources, options, callback, prefixes=prefixes, constraints=constraints)
     if not done.wait(timeout):
         raise TimeoutError("translation did not finish in time")
     if box["error"] is not None:
@@ -258,12 +275,13 @@ class InflightBatcher:
         return sum(g.size * g.k for g in self._groups.values())
 
     def submit(self, sources: Sequence[Sequence[int]], options: SearchOptions, callback: Callback,
-               cancelled: Callable[[], bool] | None = None, prefixes: Sequence[TargetPrefix] | None = None) -> None:
-        """Queue sentences (id lists ending with EOS), each with its target prefix if any;
-        ``callback(results, error)`` runs in the engine thread."""
-        check_request(sources, options, self.spec, self.max_beam, prefixes, has_attention(self.runtime))
+               cancelled: Callable[[], bool] | None = None, prefixes: Sequence[TargetPrefix] | None = None,
+               constraints: Sequence[Sequence[Constraint]] | None = None) -> None:
+        """Queue sentences (id lists ending with EOS), each with its target prefix and its terms
+        (``constraints``) if any; ``callback(results, error)`` runs in the engine thread."""
+        check_request(sources, options, self.spec, self.max_beam, prefixes, has_attention(self.runtime), constraints)
         request = _Request([list(s) for s in sources], options, callback, cancelled=cancelled,
-                           prefixes=list(prefixes or ()))
+                           prefixes=list(prefixes or ()), constraints=list(constraints or ()))
         if not request.sources:
             callback([], None)
             return
@@ -275,9 +293,10 @@ class InflightBatcher:
             self._cond.notify()
 
     def translate(self, sources: Sequence[Sequence[int]], options: SearchOptions, timeout: float | None = None,
-                  prefixes: Sequence[TargetPrefix] | None = None) -> list[list[Hypothesis]]:
+                  prefixes: Sequence[TargetPrefix] | None = None,
+                  constraints: Sequence[Sequence[Constraint]] | None = None) -> list[list[Hypothesis]]:
         """Blocking convenience wrapper (tests, benchmarks)."""
-        return _wait_for(self.submit, sources, options, timeout, prefixes)
+        return _wait_for(self.submit, sources, options, timeout, prefixes, constraints)
 
     def take_peak(self) -> int:
         """The largest running batch since the previous call (the metrics reporter's)."""
@@ -448,7 +467,7 @@ class InflightBatcher:
             group.fit_width(0)
             t_lo = int(group.start[: group.size].min())  # the oldest row's start: the window read
             outputs = ALIGNING_OUTPUTS if group.search.wants_attention else graphs.STEP_OUTPUTS
-            if group.search.wants_log_probs:  # rare: a step whose rule needs every token (fairseq's last)
+            if group.search.wants_log_probs:  # rare: fairseq's last step, or a sentence with terms
                 outputs = (*outputs, "log_probs")
             feeds = self._feeds(group, t_lo)
             out = self.runtime.run_step(feeds) if outputs is graphs.STEP_OUTPUTS else self.runtime.run_step(feeds, outputs)
@@ -616,7 +635,8 @@ class _Group:
         if self.size == self.capacity:
             self._resize(min(2 * self.capacity, self.engine.max_sentences), self.width)
         row = self.size
-        self.search.add(request.options, src_len, request.prefix(index), max_steps=steps)
+        self.search.add(request.options, src_len, request.prefix(index), max_steps=steps,
+                        constraints=request.terms(index))
         self.start[row], self.src_len[row] = start, src_len
         for layer in range(self.spec.layers):
             self.keys[layer][row, :, :, :src_len] = keys[layer][:, :, :src_len]
@@ -685,18 +705,21 @@ class EnginePool:
             engine.stop(timeout)
 
     def submit(self, sources: Sequence[Sequence[int]], options: SearchOptions, callback: Callback,
-               cancelled: Callable[[], bool] | None = None, prefixes: Sequence[TargetPrefix] | None = None) -> None:
+               cancelled: Callable[[], bool] | None = None, prefixes: Sequence[TargetPrefix] | None = None,
+               constraints: Sequence[Sequence[Constraint]] | None = None) -> None:
         """A request of one sentence goes to the least-loaded loop; a larger one is split evenly
         over the loops (so a bulk request keeps every core busy) and answered once, in order,
         when every part is done, or with the first part's error."""
         sources = list(sources)
-        check_request(sources, options, self.spec, self.max_beam, prefixes, has_attention(self.engines[0].runtime))
+        check_request(sources, options, self.spec, self.max_beam, prefixes, has_attention(self.engines[0].runtime),
+                      constraints)
         self.limits.check(self.queued, len(sources))
         parts = min(len(self.engines), len(sources))
         if parts <= 1:
             with self._lock:  # two submits at once must not both pick the same idle loop
                 engine = min(self.engines, key=lambda e: e.running + e.queued)
-                engine.submit(sources, options, callback, cancelled=cancelled, prefixes=prefixes)
+                engine.submit(sources, options, callback, cancelled=cancelled, prefixes=prefixes,
+                              constraints=constraints)
             return
         bounds = [len(sources) * i // parts for i in range(parts + 1)]
         results: list = [None] * len(sources)
@@ -724,12 +747,14 @@ class EnginePool:
         with self._lock:
             for engine, lo, hi in zip(self.engines, bounds, bounds[1:], strict=False):
                 engine.submit(sources[lo:hi], options, part_done(lo), cancelled=cancelled,
-                              prefixes=prefixes[lo:hi] if prefixes else None)
+                              prefixes=prefixes[lo:hi] if prefixes else None,
+                              constraints=constraints[lo:hi] if constraints else None)
 
     def translate(self, sources: Sequence[Sequence[int]], options: SearchOptions, timeout: float | None = None,
-                  prefixes: Sequence[TargetPrefix] | None = None) -> list[list[Hypothesis]]:
+                  prefixes: Sequence[TargetPrefix] | None = None,
+                  constraints: Sequence[Sequence[Constraint]] | None = None) -> list[list[Hypothesis]]:
         """Blocking convenience wrapper (tests, benchmarks)."""
-        return _wait_for(self.submit, sources, options, timeout, prefixes)
+        return _wait_for(self.submit, sources, options, timeout, prefixes, constraints)
 
     def take_peak(self) -> int:
         return sum(e.take_peak() for e in self.engines)

@@ -4,6 +4,7 @@ what they send), free of Triton so it is unit-tested directly. The tensor names 
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -13,6 +14,7 @@ import numpy as np
 
 from .. import contract as c
 from .. import defaults
+from ..decoding.constraints import Constraint
 from ..decoding.search import Hypothesis, SearchOptions, TargetPrefix
 from ..graphs import pad_batch
 from ..runtime.spec import ModelSpec
@@ -320,7 +322,7 @@ def cut_to_fit(text: str, fits) -> list[tuple[str, str]] | None:
 
 def tokenize_request(tokenizer, texts: Sequence[str], spec: ModelSpec, *, prefixes: Sequence[str] | None = None,
                      languages: Languages | None = None, split: bool = True,
-                     segment_language: str = "en") -> dict[str, np.ndarray]:
+                     segment_language: str = "en", terms: Sequence[Terms] | None = None) -> dict[str, np.ndarray]:
     """``tokenize``'s outputs for checked texts: the sources (``[lang] X </s>`` for a multilingual
     model, ``X </s>`` otherwise), the tokens forced after the decoder start, and the layout
     (PIECES, GAPS) that puts each text's translation back together.
@@ -332,7 +334,12 @@ def tokenize_request(tokenizer, texts: Sequence[str], spec: ModelSpec, *, prefix
 
     A multilingual model forces the target language token as transformers' ``forced_bos_token_id``
     does (a generated token); with a target prefix the language token and the prefix are a decoder
-    prompt, as ``generate(decoder_input_ids=[start, lang, *prefix])``."""
+    prompt, as ``generate(decoder_input_ids=[start, lang, *prefix])``.
+
+    ``terms`` (``parse_terms``, per text) become TERM_IDS rows (``term_rows``); a text with terms
+    must be one sentence, without a target prefix, on a model of one language pair."""
+    if terms is not None and any(terms):
+        _check_terms_apply(terms, prefixes, languages)
     if languages is not None:
         def encode(text: str) -> list[int]:
             return tokenizer.encode(text, languages.source)
@@ -356,6 +363,11 @@ def tokenize_request(tokenizer, texts: Sequence[str], spec: ModelSpec, *, prefix
             for k, (part, space) in enumerate(parts):
                 kept_gaps.append(space if k < len(parts) - 1 else gap)
                 ids.append(encoded if len(parts) == 1 else encode(part))
+        if terms is not None and terms[i] and len(kept_gaps) > 2:
+            why = ("it is cut to fit the model's token limit" if cuts else
+                   f"it holds {len(kept_gaps) - 1} sentences: send one sentence per TEXT element with "
+                   f"{c.SPLIT_SENTENCES} false")
+            raise _terms_error(i, f"{c.TERMS} apply to one sentence, and {why}")
         pieces.add(i, kept_gaps, cuts)
     forced, prompts = [], []
     for j, owner in enumerate(pieces.owners):
@@ -375,10 +387,156 @@ def tokenize_request(tokenizer, texts: Sequence[str], spec: ModelSpec, *, prefix
         c.FORCED_IDS: pad_batch([f or [spec.pad_id] for f in forced], spec.pad_id, np.int32),
         c.FORCED_LEN: np.array([len(f) for f in forced], dtype=np.int32),
         c.PROMPT_LEN: np.array(prompts, dtype=np.int32),
+        c.TERM_IDS: term_rows(tokenizer, [terms[owner] if terms else () for owner in pieces.owners],
+                              pieces.owners, spec),
         c.PIECES: np.array(pieces.counts, dtype=np.int32),
         c.GAPS: np.array([g.encode("utf-8") for g in pieces.gaps], dtype=np.object_),
         c.CUTS: np.array(pieces.cut, dtype=np.int32),
     }
+
+
+# One element's TERMS: per term, its renderings (any one will do).
+Terms = tuple[tuple[str, ...], ...]
+
+
+def _terms_error(i: int, problem: str) -> InputError:
+    """How a problem with an element's terms is named: TERMS[i], and its sentence (TEXT[i], so
+    the client puts it on the input line)."""
+    return InputError(f"{c.TERMS}[{i}]: {problem} (the terms of {c.sentence(i)})")
+
+
+def parse_terms(array: np.ndarray | None, n: int) -> list[Terms] | None:
+    """TERMS [n] (or [1] for every element): per element, a JSON array whose items are a term (a
+    string) or its alternative renderings (a list of strings); "" = none. None when absent or all
+    empty; an InputError names the element and what is wrong with it."""
+    texts = decode_strings(c.TERMS, array, n, per_sentence=True)
+    if texts is None:
+        return None
+    parsed: dict[str, Terms] = {}
+    out = []
+    for i, text in enumerate(texts):
+        if text not in parsed:
+            parsed[text] = _one_terms(i, text)
+        out.append(parsed[text])
+    return out if any(out) else None
+
+
+def _one_terms(i: int, text: str) -> Terms:
+    if not text.strip():
+        return ()
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise _terms_error(i, f"not JSON ({exc}): give a JSON array of terms, e.g. "
+                              '[["chat", "chatte"], "maison"]') from None
+    if not isinstance(value, list):
+        raise _terms_error(i, f"must be a JSON array of terms, got {type(value).__name__}")
+    if len(value) > c.TERMS_LIMIT:
+        raise _terms_error(i, f"{len(value)} terms, more than the {c.TERMS_LIMIT} a sentence may have")
+    out = []
+    for t, term in enumerate(value):
+        alternatives = [term] if isinstance(term, str) else term
+        if not isinstance(alternatives, list) or not alternatives or not all(isinstance(a, str) for a in alternatives):
+            raise _terms_error(i, f"term {t} must be a string or a non-empty list of strings, got {json.dumps(term)}")
+        if len(alternatives) > c.TERM_ALTERNATIVES_LIMIT:
+            raise _terms_error(i, f"term {t} has {len(alternatives)} alternatives, more than the "
+                                  f"{c.TERM_ALTERNATIVES_LIMIT} allowed")
+        if any(not a.strip() for a in alternatives):
+            raise _terms_error(i, f"term {t} holds an empty string")
+        out.append(tuple(a.strip() for a in alternatives))
+    return tuple(out)
+
+
+def _check_terms_apply(terms: Sequence[Terms], prefixes: Sequence[str] | None, languages: Languages | None) -> None:
+    """What terms are not served with: a target prefix on the same element, a multilingual model
+    (the search takes no constraints beside forced tokens, and its language token is one)."""
+    i = next(i for i, t in enumerate(terms) if t)
+    if languages is not None:
+        raise _terms_error(i, "this multilingual model does not take terms (its target language token is forced, "
+                              "and terms are decoded without forced tokens)")
+    both = [k for k, t in enumerate(terms) if t and prefixes and prefixes[k].strip()]
+    if both:
+        raise _terms_error(both[0], f"an element cannot have both terms and a {c.TARGET_PREFIX}")
+
+
+def term_rows(tokenizer, terms: Sequence[Terms], owners: Sequence[int], spec: ModelSpec) -> np.ndarray:
+    """TERM_IDS [m, L] int32: per sentence its terms' renderings as target ids (``encode_target``
+    without EOS), laid out as ``nmtserve.contract`` says (TERM_OR / TERM_AND / TERM_PAD)."""
+    rows = []
+    for j, sentence_terms in enumerate(terms):
+        row: list[int] = []
+        for t, alternatives in enumerate(sentence_terms):
+            for a, text in enumerate(alternatives):
+                ids = list(tokenizer.encode_target(text))[:-1]  # X </s>
+                if not ids:
+                    raise _terms_error(owners[j], f"term {t}: {text!r} has no target tokens")
+                if len(ids) > c.TERM_TOKENS_LIMIT:
+                    raise _terms_error(owners[j], f"term {t}: {text!r} is {len(ids)} target tokens, more than the "
+                                                  f"{c.TERM_TOKENS_LIMIT} allowed")
+                if spec.unk_id in ids:
+                    raise _terms_error(owners[j], f"term {t}: {text!r} holds characters this model cannot write "
+                                                  "(its target vocabulary has no piece for them)")
+                row += [*ids, c.TERM_OR if a < len(alternatives) - 1 else c.TERM_AND]
+        rows.append(row)
+    width = max((len(r) for r in rows), default=0) or 1
+    out = np.full((len(rows), width), c.TERM_PAD, dtype=np.int32)
+    for j, row in enumerate(rows):
+        out[j, : len(row)] = row
+    return out
+
+
+def parse_constraints(term_ids: np.ndarray | None, n: int, spec: ModelSpec) -> list[tuple[Constraint, ...]] | None:
+    """``TERM_IDS [n, L]`` (optional) as each sentence's ``Constraint``s (``nmtserve.contract``
+    has the layout); None when absent or without a term. Ids must be target ids, not EOS."""
+    name = c.TERM_IDS
+    if term_ids is None or term_ids.size == 0:
+        return None
+    if term_ids.ndim != 2 or term_ids.shape[0] != n or term_ids.dtype.kind not in "iu":
+        raise InputError(f"{name} must be an integer array [n, L], one row per sentence (n = {n}), "
+                         f"got shape {list(term_ids.shape)} of {term_ids.dtype}")
+    out = []
+    for i, row in enumerate(term_ids.tolist()):
+        used = len(row)
+        while used and row[used - 1] == c.TERM_PAD:
+            used -= 1
+        terms, alternatives, ids = [], [], []
+        for x in row[:used]:
+            if x in (c.TERM_OR, c.TERM_AND):
+                if not ids or len(ids) > c.TERM_TOKENS_LIMIT:
+                    raise InputError(f"{name}[{i}]: a term's rendering must hold 1 to {c.TERM_TOKENS_LIMIT} ids")
+                alternatives.append(tuple(ids))
+                ids = []
+                if x == c.TERM_AND:
+                    if len(alternatives) > c.TERM_ALTERNATIVES_LIMIT:
+                        raise InputError(f"{name}[{i}]: a term has more than {c.TERM_ALTERNATIVES_LIMIT} renderings")
+                    terms.append(Constraint(tuple(alternatives)))
+                    alternatives = []
+            elif not 0 <= x < spec.vocab or x == spec.eos_id:
+                raise InputError(f"{name}[{i}] holds {x}: not a target id in [0, {spec.vocab}) other than the "
+                                 f"end-of-sentence id {spec.eos_id}, nor a separator")
+            else:
+                ids.append(x)
+        if ids or alternatives:
+            raise InputError(f"{name}[{i}]: its last term must end with {c.TERM_AND} ({name} layout: nmtserve.contract)")
+        if len(terms) > c.TERMS_LIMIT:
+            raise InputError(f"{name}[{i}] has {len(terms)} terms, more than the {c.TERMS_LIMIT} allowed")
+        out.append(tuple(terms))
+    return out if any(out) else None
+
+
+def check_constraints(constraints: Sequence[Sequence[Constraint]] | None, prefixes: Sequence[TargetPrefix] | None,
+                      options: SearchOptions) -> None:
+    """What ``generate`` refuses of a request's terms: a sentence with forced tokens too (a target
+    prefix, a multilingual model's language token), a model whose search rule is not transformers'."""
+    if not constraints:
+        return
+    if options.rule != "transformers":
+        raise InputError(f"{c.TERMS}: this model decodes with {options.rule}'s beam search rule, which takes no "
+                         "terms (transformers' rule does)")
+    both = [i for i, (t, p) in enumerate(zip(constraints, prefixes or [], strict=False)) if t and p.tokens]
+    if both:
+        raise InputError(f"{c.TERMS} of sentence {both[0]}: a sentence with terms cannot have forced tokens "
+                         f"({c.TARGET_PREFIX}, a multilingual model's target language)")
 
 
 def parse_bool(name: str, value: np.ndarray | None, default: bool) -> bool:
@@ -534,7 +692,7 @@ def choose_pair(pairs: tuple[str, ...], source: str | None, target: str | None) 
 
 # What the models' own errors say, by the contract's rules: a bad sentence is named TEXT[i], a bad
 # option by its input's name; an overloaded or stopping engine says so (engine.py).
-_INVALID_MESSAGE = re.compile(rf"{c.SENTENCE_IN_MESSAGE.pattern}|\b({'|'.join(c.OPTION_INPUTS)})\b")
+_INVALID_MESSAGE = re.compile(rf"{c.SENTENCE_IN_MESSAGE.pattern}|\b({'|'.join([*c.OPTION_INPUTS, c.TERMS])})\b")
 _UNAVAILABLE_MESSAGE = re.compile(r"server busy|shutting down|is not at ready state|has no available versions")
 
 

@@ -30,14 +30,17 @@ from . import stub
 from .protocol import (
     InputError,
     alignments,
+    check_constraints,
     decode_strings,
     decode_texts,
     join_pieces,
+    parse_constraints,
     parse_languages,
     parse_prefixes,
     parse_search_options,
     parse_sources,
     parse_split,
+    parse_terms,
     results_to_arrays,
     tokenize_request,
 )
@@ -63,7 +66,7 @@ def queue_limits(params: dict):
 
 class TokenizeModel:
     """TEXT [n] (UTF-8 bytes) -> SRC_IDS [m, S] int32 (padded), SRC_LEN [m] int32, the forced
-    tokens, and the layout (PIECES [n], GAPS, CUTS [n]) of the m sentences the n elements hold
+    tokens, the terms (TERMS -> TERM_IDS [m, L]), and the layout (PIECES [n], GAPS, CUTS [n]) of the m sentences the n elements hold
     (``protocol.tokenize_request``: several sentences in an element are translated one by one
     unless SPLIT_SENTENCES is false; a sentence over the export's max_source_len is cut).
 
@@ -95,13 +98,14 @@ class TokenizeModel:
             self.limits.check(texts)
             prefixes = decode_strings(c.TARGET_PREFIX, stub.input_array(request, c.TARGET_PREFIX), len(texts), per_sentence=True)
             split = parse_split(stub.input_array(request, c.SPLIT_SENTENCES))
+            terms = parse_terms(stub.input_array(request, c.TERMS), len(texts))
             languages, segment_language = None, "en"
             if self.codes:
                 languages = parse_languages(stub.input_array(request, c.SOURCE_LANG), stub.input_array(request, c.TARGET_LANG),
                                             len(texts), self.codes)
                 segment_language = self.iso.get(languages.source, "en")
             arrays = tokenize_request(self.tokenizer, texts, self.spec, prefixes=prefixes, languages=languages,
-                                      split=split, segment_language=segment_language)
+                                      split=split, segment_language=segment_language, terms=terms)
             if arrays[c.CUTS].any():
                 log.warning("cut %s to fit the model's limit of %d tokens", ", ".join(
                     f"{c.sentence(i)} {n} time(s)" for i, n in enumerate(arrays[c.CUTS].tolist()) if n), self.spec.max_source_len)
@@ -172,8 +176,8 @@ class DetokenizeModel:
 
     def _warnings(self, request, translations: np.ndarray, lowest: np.ndarray) -> np.ndarray:
         """WARNING [n]: per element, "" or why its translation may leave part of TEXT out or be
-        wrong (nmtserve.coverage; ``lowest``: the lowest score of its sentences); all "" when the
-        request's TEXT did not come along."""
+        wrong (nmtserve.coverage; ``lowest``: the lowest score of its sentences; a term of TERMS
+        none of whose renderings is in it); all "" when the request's TEXT did not come along."""
         from ..coverage import warning
         from ..languages import describe
 
@@ -187,13 +191,17 @@ class DetokenizeModel:
             return out
         if len(sources) != n:
             return out
+        try:  # tokenize refused bad terms; a caller of detokenize with its own gets no term check
+            terms = parse_terms(stub.input_array(request, c.TERMS), n)
+        except InputError:
+            terms = None
         codes = list(dict.fromkeys(code for side in given if side for code in side))
         iso = {code: lang.iso for code, lang in zip(codes, describe(codes), strict=True)}
         source_langs, target_langs = ([iso[code] for code in side] if side else [default] * n
                                       for side, default in zip(given, self.pair, strict=True))
         for i, (source, translation) in enumerate(zip(sources, translations.tolist(), strict=True)):
             out[i] = warning(source, translation.decode("utf-8"), source_langs[i], target_langs[i], self.length_ratio,
-                             float(lowest[i]), self.score_floor).encode("utf-8")
+                             float(lowest[i]), self.score_floor, terms[i] if terms else ()).encode("utf-8")
         return out
 
 
@@ -256,6 +264,8 @@ class GenerateModel:
                 options = _search_options(request, self.spec, self.max_beam)
                 prefixes = parse_prefixes(stub.input_array(request, c.FORCED_IDS), stub.input_array(request, c.FORCED_LEN),
                                           stub.input_array(request, c.PROMPT_LEN), len(sources), self.spec)
+                constraints = parse_constraints(stub.input_array(request, c.TERM_IDS), len(sources), self.spec)
+                check_constraints(constraints, prefixes, options)
             except InputError as exc:
                 stub.send_final(sender, pb_utils.InferenceResponse(error=stub.error(str(exc))))
                 continue
@@ -265,7 +275,7 @@ class GenerateModel:
                 self._waiting[key] = (sender, cancel)
             try:
                 self.engine.submit(sources, options, self._responder(key, sender, options.num_hypotheses),
-                                   cancelled=cancel.is_set, prefixes=prefixes)
+                                   cancelled=cancel.is_set, prefixes=prefixes, constraints=constraints)
             except Exception as exc:  # shutting down, or a limit the checks above did not cover
                 with self._lock:
                     self._waiting.pop(key, None)
