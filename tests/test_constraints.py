@@ -30,12 +30,24 @@ def walk(tokens):
 def test_a_term_is_met_by_its_tokens_in_a_row_and_not_by_them_apart():
     assert walk([5, 6, 7]).met == 0b01
     assert walk([5, 6, 3, 7]).met == 0
-    assert walk([5, 6]).inside == (0, 0, 2)
+    assert walk([5, 6]).inside == ((0, 0, 2),)
 
 
 def test_abandoning_a_term_may_start_another_at_once():
     assert walk([5, 9]).met == 0b10  # 9 breaks off 5 6 7 and meets the second term by itself
     assert walk([5, 5, 6, 7]).met == 0b01  # the second 5 starts the term again
+
+
+def test_renderings_that_share_their_first_tokens_are_all_followed():
+    terms = (Constraint(((5, 6), (5, 7))), Constraint(((8, 6, 9), (8, 6))))
+    def met(tokens):
+        p = START
+        for tok in tokens:
+            p = advance(p, tok, terms)
+        return p.met
+    assert met([5, 7]) == 0b01 and met([5, 6]) == 0b01
+    assert met([8, 6, 1]) == 0b10 and met([8, 6, 9]) == 0b10
+    assert met([8, 1, 6]) == 0
 
 
 def test_any_alternative_of_a_term_meets_it():

@@ -42,11 +42,12 @@ class Constraint:
 
 @dataclass(frozen=True)
 class Progress:
-    """Where one hypothesis stands: the constraints it has met (a bit each), and the alternative
-    it is in the middle of (``inside``: (constraint, alternative, tokens matched)) if any."""
+    """Where one hypothesis stands: the constraints it has met (a bit each), and every
+    alternative it is in the middle of (``inside``: (constraint, alternative, tokens matched),
+    all of them, so that renderings sharing their first tokens are all followed)."""
 
     met: int = 0
-    inside: tuple[int, int, int] | None = None
+    inside: tuple[tuple[int, int, int], ...] = ()
 
     def count(self) -> int:
         """How many constraints are met."""
@@ -54,47 +55,48 @@ class Progress:
 
     def bank(self, constraints: Sequence[Constraint]) -> int:
         """The bank a hypothesis sits in: the constraint tokens it has produced (a met constraint
-        counts its shortest alternative; inside one, the tokens matched so far, short of that), so a
-        hypothesis halfway through a term is not crowded out by free ones (Post and Vilar's banks)."""
+        counts its shortest alternative; inside one, the most tokens matched so far, short of
+        that), so a hypothesis halfway through a term is not crowded out by free ones (Post and
+        Vilar's banks)."""
         units = sum(c.shortest for i, c in enumerate(constraints) if self.met & (1 << i))
-        if self.inside is not None:
-            c, _, done = self.inside
-            units += min(done, constraints[c].shortest - 1)
-        return units
+        partial: dict[int, int] = {}
+        for c, _, done in self.inside:
+            partial[c] = max(partial.get(c, 0), min(done, constraints[c].shortest - 1))
+        return units + sum(partial.values())
 
 
 START = Progress()
 
 
 def advance(progress: Progress, token: int, constraints: Sequence[Constraint]) -> Progress:
-    """The progress after ``token``. Inside an alternative, the next expected token continues it
-    (and completes the constraint at its end); any other token abandons it, and like every token
-    outside an alternative it may start (or at once complete) an alternative of a constraint not
-    yet met: the first such in constraint order, then alternative order."""
+    """The progress after ``token``: every alternative the hypothesis is inside continues if the
+    token is its next one (and meets its constraint at its end) or is dropped; every alternative
+    of an unmet constraint that starts with the token begins (or is met at once)."""
     met = progress.met
-    if progress.inside is not None:
-        c, a, done = progress.inside
+    inside = []
+    for c, a, done in progress.inside:
         alt = constraints[c].alternatives[a]
         if token == alt[done]:
             if done + 1 == len(alt):
-                return Progress(met | (1 << c), None)
-            return Progress(met, (c, a, done + 1))
+                met |= 1 << c
+            else:
+                inside.append((c, a, done + 1))
     for c, constraint in enumerate(constraints):
         if met & (1 << c):
             continue
         for a, alt in enumerate(constraint.alternatives):
             if alt[0] == token:
-                return Progress(met | (1 << c), None) if len(alt) == 1 else Progress(met, (c, a, 1))
-    return Progress(met, None)
+                if len(alt) == 1:
+                    met |= 1 << c
+                else:
+                    inside.append((c, a, 1))
+    return Progress(met, tuple(sorted({x for x in inside if not met & (1 << x[0])})))
 
 
 def offered(progress: Progress, constraints: Sequence[Constraint]) -> set[int]:
-    """The tokens a hypothesis is offered besides its best ones: the next token of the
+    """The tokens a hypothesis is offered besides its best ones: the next token of every
     alternative it is inside, and the first token of each alternative of every unmet constraint."""
-    out = set()
-    if progress.inside is not None:
-        c, a, done = progress.inside
-        out.add(constraints[c].alternatives[a][done])
+    out = {constraints[c].alternatives[a][done] for c, a, done in progress.inside}
     for c, constraint in enumerate(constraints):
         if not progress.met & (1 << c):
             out.update(alt[0] for alt in constraint.alternatives)
