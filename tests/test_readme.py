@@ -40,6 +40,8 @@ ELSEWHERE = {
     "curl -s localhost:5000/translate": "tests/test_gateway.py::test_the_readme_curl_examples_answer_as_shown "
                                         "(docs/gateway.md)",
     "import deepl": "tests/test_gateway.py::test_the_official_clients_of_both_apis",
+    "curl -s localhost:5000/v2/glossaries": "tests/test_gateway_glossaries.py::"
+                                            "test_the_glossary_curl_examples_answer_as_shown (docs/gateway.md)",
     "nmtserve export CHECKPOINT_DIR --repository": "every served test exports through the CLI (conftest.demo_repository)",
     "nmtserve export CHECKPOINT_DIR --precision int8": "tests/test_quality.py",
     "bash scripts/bench.sh": "a benchmark of ~15 minutes (bench/, not a test)",

@@ -95,7 +95,7 @@ def create_app(config: GatewayConfig) -> Starlette:
         *deepl.routes(service),
     ]
     # LibreTranslate answers browsers of any origin (extensions, web apps), and so does this.
-    cors = Middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["GET", "POST"],
+    cors = Middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["GET", "POST", "DELETE"],
                       allow_headers=["Authorization", "Content-Type"], max_age=20 * 24 * 3600)
     app = Starlette(routes=routes, middleware=[Middleware(SecurityHeaders), cors], lifespan=lifespan)
     app.state.service = service

@@ -39,6 +39,7 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         limits=limits_from_args(args),  # every limit and timeout: config.Limits
         frontend_timeout_ms=args.frontend_timeout,
         files_dir=Path(args.files_dir) if args.files_dir else None,
+        glossaries_dir=Path(args.glossaries_dir) if getattr(args, "glossaries_dir", None) else None,
     )
 
 

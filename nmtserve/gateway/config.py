@@ -112,6 +112,16 @@ class Limits:
         "than this alone is refused)", metavar="BYTES")
     purge_interval_s: float = _limit(
         60.0, "--purge-interval", "seconds between two sweeps of expired files", kind=float, metavar="S")
+    # -- glossaries (DeepL's /v2/glossaries; each key its own)
+    max_glossary_entries: int = _limit(
+        10_000, "--max-glossary-entries", "entries (source term -> target term) per glossary; -1: none")
+    max_glossary_bytes: int = _limit(
+        1024 * 1024, "--max-glossary-bytes",
+        "bytes of a glossary's entries as TSV (DeepL allows 10 MiB; each term is searched for in "
+        "every text translated with it); -1: none", metavar="BYTES")
+    max_glossaries: int = _limit(
+        1000, "--max-glossaries", "glossaries per API key (without keys: all together), DeepL's per "
+        "account; -1: none")
 
     def request_chars(self, key_limit: int | None = None, *, file: bool = False) -> int:
         """Characters one request may hold, all its texts together (-1: no limit): the key's
@@ -159,6 +169,15 @@ def add_limit_arguments(parser: Any) -> None:
                                 metavar=meta["metavar"], help=meta["help"])
         except argparse.ArgumentError:  # defined by the caller already
             continue
+    # Not a limit, but where the gateway keeps what outlives it: the one gateway option not in
+    # nmtserve/cli.py's list, added with the limits that the command line takes from here.
+    try:
+        parser.add_argument("--glossaries-dir", metavar="DIR", default=None,
+                            help="where glossaries are kept across restarts, a folder per API key (default: "
+                                 "$NMTSERVE_STATE_DIR/glossaries, else $XDG_STATE_HOME/nmtserve/glossaries, "
+                                 "else ~/.local/state/nmtserve/glossaries)")
+    except argparse.ArgumentError:
+        pass
 
 
 def limits_from_args(args: Any) -> Limits:
@@ -203,6 +222,8 @@ class GatewayConfig:
     frontend_timeout_ms: int = DEFAULT_FRONTEND_TIMEOUT_MS
     # Where translated files wait for their download (None: a new temporary directory).
     files_dir: Path | None = None
+    # Where glossaries are kept, across restarts (None: glossaries.default_directory()).
+    glossaries_dir: Path | None = None
     catalog_ttl_s: float = CATALOG_TTL_S
 
     @property

@@ -7,6 +7,17 @@
                          show_billed_characters
                          -> {"translations": [{"detected_source_language", "text"(, "billed_characters")}]}
     GET|POST /v2/languages?type=source|target   [{"language", "name"(, "supports_formality")}]
+    POST /v2/glossaries  name, source_lang, target_lang, entries, entries_format (tsv | csv)
+                         -> 201 {"glossary_id", "name", "ready", "source_lang", "target_lang",
+                         "creation_time", "entry_count"}
+    GET /v2/glossaries   {"glossaries": [...]};  GET|DELETE /v2/glossaries/{id}
+    GET /v2/glossaries/{id}/entries   the entries as TSV (Accept: text/tab-separated-values)
+    GET /v2/glossary-language-pairs   {"supported_languages": [{"source_lang", "target_lang"}]}
+
+A glossary (``glossaries.py``) is the key's own; ``glossary_id`` on /v2/translate needs
+``source_lang``, and the glossary's pair must be the request's. Its terms found in a text are
+asked of the model as terminology constraints (``Service.translate``, and each sentence of
+``tag_handling=xml`` here).
 
 Language codes are DeepL's: upper case, a target may carry a variant (``EN-GB``, ``EN-US``,
 ``PT-BR``) which is the language's own code here (``en``, ``pt``). With ``--api-keys`` the key
@@ -31,11 +42,12 @@ break; 0 reads as nonewlines (the document's structure still cuts it).
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import defaultdict
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from nmtserve.client import InvalidInputError, TranslationError
@@ -45,15 +57,17 @@ from .errors import (
     BadRequest,
     Forbidden,
     GatewayError,
+    NotFound,
     RateLimited,
     TooLarge,
     Unavailable,
     endpoint,
     from_client,
 )
+from .glossaries import INVALID_ENTRIES, Glossary, parse_entries
 from .languages import Catalog
 from .params import read_params
-from .service import Service, looks_like
+from .service import Service, as_terms, looks_like
 
 AUTH_SCHEME = "deepl-auth-key"
 # DeepL lists these languages as targets only by variant; each variant is the language here.
@@ -65,9 +79,11 @@ TARGET_VARIANTS = {
 
 def _error(exc: GatewayError) -> JSONResponse:
     status = (403 if isinstance(exc, Forbidden) else 429 if isinstance(exc, RateLimited)
-              else 413 if isinstance(exc, TooLarge) else 400 if isinstance(exc, BadRequest)
+              else 413 if isinstance(exc, TooLarge) else 404 if isinstance(exc, NotFound)
+              else 400 if isinstance(exc, BadRequest)
               else 503 if isinstance(exc, Unavailable) else 500)
-    return JSONResponse({"message": exc.message}, status)
+    detail = getattr(exc, "detail", None)  # DeepL's second field (glossary entries: which one)
+    return JSONResponse({"message": INVALID_ENTRIES, "detail": detail} if detail else {"message": exc.message}, status)
 
 
 def _base(code: str) -> str:
@@ -103,7 +119,7 @@ def _flag(value: Any) -> bool:
 
 
 # DeepL's documented values of the parameters this server takes as DeepL does (its one model has
-# no formality and no glossary: asking for one is refused, as DeepL refuses a target without
+# no formality: asking for it is refused, as DeepL refuses a target without
 # formality; the "prefer_" forms are a wish, accepted).
 _FORMALITY_WISHES = ("default", "prefer_more", "prefer_less")
 _FORMALITY_DEMANDS = ("more", "less")
@@ -185,14 +201,18 @@ def _xml_documents(params, texts: list[str], languages: list[str], split: str) -
 
 
 async def _translate_xml(service: Service, documents: list[Any], positions: list[int], source: str,
-                         target: str, several: bool) -> list[str]:
+                         target: str, several: bool, glossary: Glossary | None = None) -> list[str]:
     """The documents translated: every sentence of them in one request, without its markup,
-    with its word alignment, and the markup put back by it (``Segmented.render_aligned``). An
-    error about a sentence names its text (``text[i]``, its place in the request) when
-    ``several``."""
+    with its word alignment, and the markup put back by it (``Segmented.render_aligned``); the
+    ``glossary``'s terms found in a sentence asked for in its translation. An error about a
+    sentence names its text (``text[i]``, its place in the request) when ``several``."""
     options: dict[str, Any] = {"alignment": True, "split_sentences": False,  # cut already, by the XML's rules
                                **(await service.catalog()).route(source, target)}
     sentences = [s for document in documents for s in document.without_markup()]
+    if glossary is not None:
+        terms = [glossary.terms(s) for s in sentences]
+        if any(terms):
+            options["terms"] = as_terms(terms)
     owners = [p for document, p in zip(documents, positions, strict=True) for _ in document.sentences]
     translated = []
     if sentences:
@@ -256,13 +276,12 @@ def routes(service: Service) -> list[Route]:
         if params.get("target_lang") is None:
             raise BadRequest("Parameter 'target_lang' not specified.")
         tag_handling = _tag_handling(params)
-        if params.get("glossary_id"):
-            raise BadRequest("Value for 'glossary_id' not supported: this server has no glossaries.")
         service.access.check_request(key, texts, api="deepl")  # texts, characters, the key's minute
         catalog = await service.catalog()
         target = _served(params.get("target_lang"), catalog.targets, "target_lang")
         given = params.get("source_lang")
         source = _served(given, catalog.sources, "source_lang") if given else None
+        glossary = _glossary_of(service, key, params.get("glossary_id"), source, target)
         split = _split_sentences(params.get("split_sentences"))
         _check_unsupported(params)
         documents: list[Any] = []
@@ -279,11 +298,12 @@ def routes(service: Service) -> list[Route]:
             groups[s].append(i)
         if documents:
             done = await asyncio.gather(*(_translate_xml(service, [documents[i] for i in positions], positions, s,
-                                                         target, len(texts) > 1)
+                                                         target, len(texts) > 1, glossary)
                                           for s, positions in groups.items()))
         else:
             results = await asyncio.gather(*(service.translate([texts[i] for i in positions], s, target,
-                                                               html=tag_handling == "html", split=split != "0")
+                                                               html=tag_handling == "html", split=split != "0",
+                                                               glossary=glossary)
                                              for s, positions in groups.items()))
             done = [[t.text for t in group] for group in results]
         out: list[str] = [""] * len(texts)
@@ -313,7 +333,100 @@ def routes(service: Service) -> list[Route]:
             listed += [{"language": v, "name": n, "supports_formality": False} for v, n in variants]
         return JSONResponse(listed)
 
+    def bound(handler: Any) -> Any:
+        return endpoint(_error)(functools.partial(handler, service))
+
     return [
         Route("/v2/translate", translate, methods=["POST"]),
         Route("/v2/languages", languages, methods=["GET", "POST"]),
+        Route("/v2/glossary-language-pairs", bound(glossary_language_pairs), methods=["GET"]),
+        Route("/v2/glossaries", bound(create_glossary), methods=["POST"]),
+        Route("/v2/glossaries", bound(list_glossaries), methods=["GET"]),
+        Route("/v2/glossaries/{glossary_id:str}", bound(get_glossary), methods=["GET"]),
+        Route("/v2/glossaries/{glossary_id:str}", bound(delete_glossary), methods=["DELETE"]),
+        Route("/v2/glossaries/{glossary_id:str}/entries", bound(glossary_entries), methods=["GET"]),
     ]
+
+
+# -- glossaries
+
+TSV = "text/tab-separated-values"
+
+
+def _glossary_of(service: Service, key: Any, glossary_id: Any, source: str | None, target: str) -> Glossary | None:
+    """The key's glossary that ``glossary_id`` names (None without one); DeepL's errors for a
+    request without ``source_lang``, or whose pair is not the glossary's."""
+    if glossary_id in (None, ""):
+        return None
+    if source is None:
+        raise BadRequest("Parameter 'source_lang' not specified: a glossary_id needs it.")
+    glossary = service.glossaries.get(_owner(key), glossary_id)
+    if (glossary.source_lang, glossary.target_lang) != (_base(source), _base(target)):
+        raise BadRequest("Language pair of the glossary doesn't match the language pair of the request")
+    return glossary
+
+
+def _owner(key: Any) -> str | None:
+    """Whose glossaries a request sees: its key's (None when the gateway has no keys)."""
+    return key.key if key is not None else None
+
+
+async def _glossary_request(service: Service, request: Request) -> tuple[Any, str | None]:
+    params = await read_params(request)
+    return params, _owner(service.access.check(_auth_key(request, params)))
+
+
+def _pairs(catalog: Catalog) -> list[tuple[str, str]]:
+    """The served pairs as glossary pairs (DeepL's glossary languages: lower case, no variant)."""
+    return list(dict.fromkeys((_base(s), _base(t)) for s, t in catalog.pairs))
+
+
+async def glossary_language_pairs(service: Service, request: Request) -> JSONResponse:
+    await _glossary_request(service, request)
+    pairs = _pairs(await service.catalog())
+    return JSONResponse({"supported_languages": [{"source_lang": s, "target_lang": t} for s, t in pairs]})
+
+
+async def create_glossary(service: Service, request: Request) -> JSONResponse:
+    params, owner = await _glossary_request(service, request)
+    name = params.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise BadRequest("Parameter 'name' not specified.")
+    source, target = params.get("source_lang"), params.get("target_lang")
+    for field, value in (("source_lang", source), ("target_lang", target)):
+        if not isinstance(value, str) or not value.strip():
+            raise BadRequest(f"Parameter '{field}' not specified.")
+    pair = (_base(source), _base(target))
+    if pair not in _pairs(await service.catalog()):
+        raise BadRequest("Unsupported glossary source and target language pair")
+    entries = parse_entries(params.get("entries"), params.get("entries_format"), *pair)
+    glossary = await asyncio.to_thread(service.glossaries.create, owner, name, pair[0], pair[1], entries)
+    return JSONResponse(glossary.info(), 201)
+
+
+async def list_glossaries(service: Service, request: Request) -> JSONResponse:
+    _, owner = await _glossary_request(service, request)
+    found = await asyncio.to_thread(service.glossaries.list, owner)
+    return JSONResponse({"glossaries": [g.info() for g in found]})
+
+
+async def get_glossary(service: Service, request: Request) -> JSONResponse:
+    _, owner = await _glossary_request(service, request)
+    return JSONResponse(service.glossaries.get(owner, request.path_params["glossary_id"]).info())
+
+
+async def delete_glossary(service: Service, request: Request) -> Response:
+    _, owner = await _glossary_request(service, request)
+    await asyncio.to_thread(service.glossaries.delete, owner, request.path_params["glossary_id"])
+    return Response(status_code=204)
+
+
+async def glossary_entries(service: Service, request: Request) -> Response:
+    """The entries as TSV, the one format DeepL gives them in: an ``Accept`` that does not take
+    it is DeepL's 415."""
+    _, owner = await _glossary_request(service, request)
+    glossary = service.glossaries.get(owner, request.path_params["glossary_id"])
+    accept = [a.split(";", 1)[0].strip().lower() for a in request.headers.get("accept", "").split(",")]
+    if not any(a in ("", "*/*", "text/*", TSV) for a in accept):
+        return JSONResponse({"message": "Unsupported Media Type", "detail": f"Accept must allow {TSV}"}, 415)
+    return Response(glossary.tsv(), media_type=TSV)

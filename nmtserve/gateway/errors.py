@@ -40,6 +40,10 @@ class TooLarge(BadRequest):
     """Over the character limit or the body size."""
 
 
+class NotFound(BadRequest):
+    """What the request names is not there (a glossary): DeepL's 404, LibreTranslate's 400."""
+
+
 class Forbidden(GatewayError):
     """A key is required and the request has none, or an unknown one."""
 

@@ -1,7 +1,8 @@
 """LibreTranslate's HTTP API, shapes and messages as its ``app.py`` defines them.
 
     POST /translate        q (a string or a list), source (a code or "auto"), target,
-                           format (text | html), alternatives, api_key
+                           format (text | html), alternatives, api_key, glossary (nmtserve's
+                           own: {source term: target term}, or the id of a glossary of the key)
                            -> {"translatedText", "detectedLanguage" (auto), "alternatives" (asked)}
     POST /detect           q -> [{"confidence", "language"}] (a language the server does not
                            translate from too, when the text is surely in it)
@@ -30,6 +31,7 @@ from starlette.routing import Route
 from .detect import Detection
 from .errors import BadRequest, Forbidden, GatewayError, RateLimited, endpoint
 from .files import FORMATS
+from .glossaries import Glossary, check_size, parse_entries
 from .languages import Catalog
 from .params import read_params
 from .service import Service, looks_like
@@ -74,6 +76,34 @@ def _check_pair(catalog: Catalog, source: str, target: str) -> None:
             f"{catalog.name(target)} ({target}) is not available as a target language from "
             f"{catalog.name(source)} ({source})"
         )
+
+
+def _language(code: str) -> str:
+    """A served code as a glossary names its language: "pt-BR" -> "pt" (deepl.py's rule)."""
+    return code.strip().replace("_", "-").split("-", 1)[0].lower()
+
+
+def _glossary(service: Service, value: Any, key: Any, source: str, target: str) -> Glossary | None:
+    """The request's ``glossary`` (nmtserve's extension): an object {source term: target term},
+    read as a DeepL glossary's entries are, or the id of a glossary of the key's
+    (``/v2/glossaries``) made for the request's pair."""
+    if value in (None, "", {}):
+        return None
+    if isinstance(value, dict):
+        if not all(isinstance(s, str) and isinstance(t, str) for s, t in value.items()):
+            raise BadRequest("Invalid request: glossary must map source terms (strings) to target terms (strings)")
+        if any(c in s + t for s, t in value.items() for c in "\t\r\n"):
+            raise BadRequest("Invalid request: a glossary term holds a tab or a line break")
+        entries = parse_entries("\n".join(f"{s}\t{t}" for s, t in value.items()), "tsv")
+        check_size(entries, service.config.limits)
+        return Glossary("", "", source, target, entries)
+    if not isinstance(value, str):
+        raise BadRequest("Invalid request: glossary must be an object {source term: target term} or a glossary id")
+    glossary = service.glossaries.get(key.key if key is not None else None, value.strip())
+    if (glossary.source_lang, glossary.target_lang) != (_language(source), _language(target)):
+        raise BadRequest(f"Invalid request: glossary {glossary.glossary_id} is for {glossary.source_lang} to "
+                         f"{glossary.target_lang}, not {source} to {target}")
+    return glossary
 
 
 def routes(service: Service) -> list[Route]:
@@ -125,8 +155,9 @@ def routes(service: Service) -> list[Route]:
         if fmt not in (FORMAT_TEXT, FORMAT_HTML):
             raise BadRequest(f"{fmt} format is not supported")
         _check_pair(await service.catalog(), source, target)
+        glossary = _glossary(service, params.get("glossary"), key, source, target)
         done = await service.translate(texts, source, target, html=fmt == FORMAT_HTML,
-                                       alternatives=alternatives)
+                                       alternatives=alternatives, glossary=glossary)
         if batch:
             result: dict[str, Any] = {"translatedText": [d.text for d in done]}
             if detected is not None:

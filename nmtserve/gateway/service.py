@@ -7,6 +7,13 @@ by more text) goes to the ``translate`` ensemble: the fast path, with an n-best 
 cuts it into sentences, translates them in one batch and puts the layout back; it has no n-best
 list, so a multi-sentence text gets no alternatives (as LibreTranslate gives none for HTML).
 
+A glossary (``glossaries.Glossary``) turns the terms it finds into the server's terminology
+constraints (``terms=``), which apply to one sentence each: a text in which it finds a term is cut
+into its sentences here (``nmtserve.documents``, as the server's document path cuts it; HTML
+read without its markup, which is put back by the word alignment), each sentence sent whole with
+its own terms, all of them in one request; a text in which it finds none goes as it would
+without a glossary. A text with terms gets no alternatives.
+
 The alternatives are the plausible hypotheses after the best (``nmtserve.alternatives``: within
 a margin of the best's score, a different text, the same numbers, number words checked in the
 request's languages): up to the number asked for, fewer or none rather than junk.
@@ -29,8 +36,9 @@ from nmtserve.client.errors import local_message
 from .access import Access
 from .config import DEFAULT_UNNAMED_PAIRS, GatewayConfig
 from .detect import Detection, Detector, name_of
-from .errors import from_client
+from .errors import BadRequest, from_client
 from .files import FileStore
+from .glossaries import Glossary, GlossaryStore
 from .languages import Catalog, discover
 
 LOGGER = logging.getLogger(__name__)
@@ -65,6 +73,7 @@ class Service:
         )
         self.access = Access(config.api_keys, config.limits)
         self.files = FileStore(config.files_dir, limits=config.limits)
+        self.glossaries = GlossaryStore(config.glossaries_dir, config.limits)
         self._unnamed = tuple(config.languages or DEFAULT_UNNAMED_PAIRS)
         self._catalog: Catalog | None = None
         self._catalog_at = float("-inf")
@@ -168,15 +177,23 @@ class Service:
 
     async def translate(
         self, texts: Sequence[str], source: str, target: str, *, html: bool = False, alternatives: int = 0,
-        split: bool = True,
+        split: bool = True, glossary: Glossary | None = None,
     ) -> list[Translated]:
         """Each text's translation (and up to ``alternatives`` other hypotheses, for a
         one-sentence plain text), in order; the pair must be served (checked by the caller).
-        ``split=False`` (DeepL's ``split_sentences=0``) sends each plain text to the model whole."""
+        ``split=False`` (DeepL's ``split_sentences=0``) sends each plain text to the model whole.
+        ``glossary``: its terms found in a text are asked for in its translation."""
         route = (await self.catalog()).route(source, target)
         one = [not html and (not split or is_one_sentence(t)) for t in texts]
-        sentences = [i for i in range(len(texts)) if one[i]]
-        documents = [i for i in range(len(texts)) if not one[i]]
+        glossed: dict[int, Any] = {}  # text -> its sentences (documents.Segmented), where a term is found
+        if glossary is not None:
+            for i, text in enumerate(texts):
+                if not (one[i] and not split):  # a text sent whole takes its terms as it is
+                    document = segment_for_terms(text, "html" if html else "plain", source, len(texts) > 1, i)
+                    if any(glossary.terms(s) for s in _readable(document, html)):
+                        glossed[i] = document
+        sentences = [i for i in range(len(texts)) if one[i] and i not in glossed]
+        documents = [i for i in range(len(texts)) if not one[i] and i not in glossed]
         jobs: list[Awaitable[Any]] = []
         if sentences:
             # The raw n-best: the rule runs here, where the request's languages are known (the
@@ -184,8 +201,15 @@ class Service:
             options: dict[str, Any] = {"num_hypotheses": alternatives + 1, "all_hypotheses": True} if alternatives else {}
             if not split:
                 options["split_sentences"] = False
+                if glossary is not None:
+                    terms = [glossary.terms(texts[i]) for i in sentences]
+                    if any(terms):
+                        options["terms"] = as_terms(terms)
             named = sentences if len(texts) > 1 else None
             jobs.append(self._sentences([texts[i].strip() for i in sentences], named, route, options))
+        if glossed:
+            jobs.append(self._glossed(list(glossed.values()), list(glossed), glossary, html, route,  # type: ignore[arg-type]
+                                      len(texts) > 1))
         fmt = "html" if html else "plain"
         jobs += [self._document(texts[i], fmt, route, i if len(texts) > 1 else None) for i in documents]
         results: list[Translated | None] = [None] * len(texts)
@@ -194,9 +218,30 @@ class Service:
             for i, translation in zip(sentences, done.pop(0), strict=True):
                 others = _alternatives(texts[i].strip(), translation, source, target)
                 results[i] = Translated(translation.text, others[:alternatives], translation.warning)
+        if glossed:
+            for i, translated in zip(glossed, done.pop(0), strict=True):
+                results[i] = translated
         for i, text in zip(documents, done, strict=True):
             results[i] = Translated(text, [])
         return [r for r in results if r is not None]
+
+    async def _glossed(self, documents: list[Any], positions: list[int], glossary: Glossary, html: bool,
+                       route: dict, several: bool) -> list[Translated]:
+        """Documents translated sentence by sentence, each sentence with the glossary's terms
+        it holds, all in one request; HTML read without its markup and put back by the word
+        alignment (as DeepL's tag_handling=xml is)."""
+        sentences = [s for document in documents for s in _readable(document, html)]
+        owners = [p for document, p in zip(documents, positions, strict=True) for _ in document.sentences]
+        translated = await self._sentences(sentences, owners if several else None, route, {
+            "split_sentences": False, "alignment": html, "terms": as_terms([glossary.terms(s) for s in sentences])})
+        out, start = [], 0
+        for document in documents:
+            part = translated[start:start + len(document.sentences)]
+            start += len(document.sentences)
+            texts = [t.text for t in part]
+            text = document.render_aligned(texts, [t.alignment or [] for t in part]) if html else document.render(texts)
+            out.append(Translated(text, [], "; ".join(dict.fromkeys(t.warning for t in part if t.warning))))
+        return out
 
     async def _sentences(self, texts: list[str], positions: list[int] | None, route: dict, options: dict) -> list:
         """The client's translations; an error names the text by ``positions`` (its place in
@@ -223,6 +268,30 @@ class Service:
 
     async def translate_document(self, text: str, fmt: str, source: str, target: str) -> str:
         return await self._document(text, fmt, (await self.catalog()).route(source, target), None)
+
+
+def as_terms(per_sentence: Sequence[Sequence[str]]) -> list[list[list[str]]]:
+    """The client's ``terms=``: per sentence, each target term as its one rendering."""
+    return [[[term] for term in terms] for terms in per_sentence]
+
+
+def segment_for_terms(text: str, fmt: str, language: str, several: bool, position: int) -> Any:
+    """``text`` cut into its sentences (``documents.segment``, "plain" or "html"), to find a
+    glossary's terms in each; BadRequest when it cannot be read (naming ``q[position]`` when
+    ``several``)."""
+    try:
+        from nmtserve.documents import DocumentError, segment
+    except ImportError:  # the gateway installed without nmtserve[documents] (sentencex)
+        raise BadRequest("glossaries need nmtserve[documents] on this gateway") from None
+    try:
+        return segment(text, fmt, language=language, max_chars=max(len(text), 1))
+    except (DocumentError, ValueError) as exc:
+        raise BadRequest(f"{f'q[{position}]: ' if several else ''}{exc}") from None
+
+
+def _readable(document: Any, html: bool) -> list[str]:
+    """The sentences the model reads: without their markup for HTML."""
+    return document.without_markup() if html else document.sentences
 
 
 def looks_like(found: Detection, catalog: Catalog) -> str:
