@@ -98,6 +98,7 @@ def test_a_request_is_measured_whole_and_a_key_by_the_minute():
     with pytest.raises(RateLimited, match="Too many requests"):
         access.check_request(metered, ["x"], api=DEEPL)
     assert access.chars_per_minute(free) == 1000 and access.chars_per_minute(None) == 0
+    assert access.usage(metered) == (300, 300) and access.usage(free) == (0, 1000)
     with pytest.raises(TooLarge, match=r"request \(131073\) exceeds text limit \(131072\)"):
         access.check_request(None, ["x" * 131073])  # whatever the key: --max-request-chars
     assert access.check_request(None, ["x" * 200_000], file=True) == 200_000  # a file: --max-file-chars
@@ -438,6 +439,12 @@ def test_a_key_is_measured_by_the_request_and_by_the_minute(keyed):
     assert "characters per minute are spent" in _error(keyed.post(
         "/v2/translate", json={"text": [ONE], "target_lang": "FR"},
         headers={"Authorization": "DeepL-Auth-Key metered"}), 429, "message")
+    # DeepL's /v2/usage: the key's last minute against its limit
+    usage = keyed.get("/v2/usage", headers={"Authorization": "DeepL-Auth-Key metered"}).json()
+    assert usage == {"character_count": 3 * len(ONE), "character_limit": 3 * len(ONE)}
+    assert keyed.get("/v2/usage", headers={"Authorization": "DeepL-Auth-Key capped"}).json() == {
+        "character_count": 0, "character_limit": 1_000_000_000_000}
+    assert keyed.get("/v2/usage").status_code == 403
 
 
 @pytest.mark.server
@@ -629,3 +636,15 @@ def test_every_bad_input_is_a_400_and_the_gateway_keeps_answering(plain):
     assert plain.post("/translate", json={"q": ONE, "source": "en", "target": "fr"}).json() == {
         "translatedText": EXPECTED[ONE]}
     assert "Traceback" not in plain.output(), plain.output()[-3000:]
+
+
+@pytest.mark.server
+def test_deepls_context_is_accepted_and_changes_nothing(plain):
+    """DeepL's `context` informs a translation without being translated; the served models take
+    none, so it is checked and not used: the same translation with it as without."""
+    bare = plain.post("/v2/translate", json={"text": [ONE], "target_lang": "FR"}).json()
+    given = plain.post("/v2/translate", json={"text": [ONE], "target_lang": "FR",
+                                              "context": "A sentence around the text."}).json()
+    assert given == bare
+    assert "'context'" in _error(plain.post("/v2/translate", json={"text": [ONE], "target_lang": "FR", "context": 5}),
+                                 400, "message")

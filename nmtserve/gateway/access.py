@@ -96,6 +96,15 @@ class Access:
         self._spend(entry, chars, deepl)
         return chars
 
+    def usage(self, entry: ApiKey | None) -> tuple[int, int]:
+        """(characters ``entry`` sent in the last minute, its characters per minute; 0: no limit):
+        what DeepL's ``/v2/usage`` reports, over this gateway's one-minute window."""
+        budget = self.chars_per_minute(entry)
+        if entry is None or entry.key not in self._spent:
+            return 0, budget
+        now, spent = self._clock(), self._spent[entry.key]
+        return sum(chars for at, chars in spent if at > now - WINDOW_S), budget
+
     def _spend(self, entry: ApiKey | None, chars: int, deepl: bool) -> None:
         budget = self.chars_per_minute(entry)
         if not budget or entry is None:

@@ -245,6 +245,10 @@ def _check_unsupported(params) -> None:
         raise BadRequest("Value for 'model_type' not supported.")
 
 
+# /v2/usage's character_limit of a key without one (DeepL answers unlimited plans so).
+UNLIMITED_CHARACTERS = 1_000_000_000_000
+
+
 def routes(service: Service) -> list[Route]:
     async def sources_of(texts: list[str], catalog: Catalog, source: str | None, target: str) -> list[str]:
         if source is not None:
@@ -276,6 +280,11 @@ def routes(service: Service) -> list[Route]:
         if params.get("target_lang") is None:
             raise BadRequest("Parameter 'target_lang' not specified.")
         tag_handling = _tag_handling(params)
+        # DeepL's `context`: text around the texts that informs their translation and is not
+        # translated or billed. The models served translate sentence by sentence and take no
+        # context: it is checked and then not used (docs/gateway.md).
+        if params.get("context") is not None and not isinstance(params.get("context"), str):
+            raise BadRequest("Value for 'context' not supported: it must be a string.")
         service.access.check_request(key, texts, api="deepl")  # texts, characters, the key's minute
         catalog = await service.catalog()
         target = _served(params.get("target_lang"), catalog.targets, "target_lang")
@@ -333,12 +342,20 @@ def routes(service: Service) -> list[Route]:
             listed += [{"language": v, "name": n, "supports_formality": False} for v, n in variants]
         return JSONResponse(listed)
 
+    @endpoint(_error)
+    async def usage(request: Request) -> JSONResponse:
+        params = await read_params(request)
+        count, limit = service.access.usage(service.access.check(_auth_key(request, params)))
+        # No limit: DeepL's own answer for unlimited accounts.
+        return JSONResponse({"character_count": count, "character_limit": limit or UNLIMITED_CHARACTERS})
+
     def bound(handler: Any) -> Any:
         return endpoint(_error)(functools.partial(handler, service))
 
     return [
         Route("/v2/translate", translate, methods=["POST"]),
         Route("/v2/languages", languages, methods=["GET", "POST"]),
+        Route("/v2/usage", usage, methods=["GET", "POST"]),
         Route("/v2/glossary-language-pairs", bound(glossary_language_pairs), methods=["GET"]),
         Route("/v2/glossaries", bound(create_glossary), methods=["POST"]),
         Route("/v2/glossaries", bound(list_glossaries), methods=["GET"]),
