@@ -124,9 +124,9 @@ def pair_suffix(pair: str) -> str:
 
 # -- translate_document (a whole document in, its translation out; see nmtserve.documents)
 DOCUMENT = "DOCUMENT"  # [1] UTF-8 text of the document
-FORMAT = "FORMAT"  # [1] optional: "plain" (default), "markdown" or "html"
+FORMAT = "FORMAT"  # [1] optional: "plain" (default), "markdown", "html" or "xml" (DeepL's tag_handling=xml rules)
 SENTENCES = "SENTENCES"  # [1] int32 out: how many sentences were translated
-DOCUMENT_FORMATS = ("plain", "markdown", "html")
+DOCUMENT_FORMATS = ("plain", "markdown", "html", "xml")
 DOCUMENT_MODEL_SUFFIX = "_document"  # the model beside the ensemble: translate -> translate_document
 # The document model's config parameter: whether the model carries inline placeholders, as the
 # export measured it (nmtserve.export.markup): "keep" sends them, "drop" sends sentences without.

@@ -179,3 +179,17 @@ def test_a_thousand_sentence_document_against_the_same_sentences_as_a_list(demo_
         as_document = time.perf_counter() - started
     assert got == document.render([t.text for t in listed])
     print(f"1,000 sentences: as a list {1000 / as_list:.1f} sent/s, as one document {1000 / as_document:.1f} sent/s")
+
+
+@pytest.mark.server
+def test_an_xml_document_comes_back_with_its_placeholders_once(demo_server):
+    """translate_document with format xml (DeepL's rules, nmtserve.documents._xml): placeholders
+    placed by the decoder's alignments, each once, the markup around the text kept; malformed
+    XML refused naming the problem, and the server keeps serving."""
+    with Translator(demo_server.urls.grpc_address, max_retries=0) as client:
+        out = client.translate_document('<doc><p>I have <x id="1"/> three red apples.</p></doc>', "xml")
+        assert out.startswith("<doc><p>") and out.endswith("</p></doc>")
+        assert out.count('<x id="1"/>') == 1 and "pommes rouges" in out
+        with pytest.raises(InvalidInputError, match="well-formed|not closed|xml"):
+            client.translate_document("<doc><p>I have three red apples.</doc>", "xml")
+        assert client.translate("the first day").text == "le premier jour"
