@@ -303,3 +303,18 @@ def test_fairseqs_forced_eos_at_the_length_limit_is_served(imported, served):
     with Translator(served(name).urls.grpc_address) as client:
         got = [t.text for t in client.translate(texts, beam_size=4, max_length=cap, split_sentences=False)]
     assert got == want
+
+
+def test_a_folder_is_read_as_the_checkpoint_it_holds(tmp_path):
+    """PATH may be the checkpoint's folder: fairseq's checkpoint_best.pt, a folder with one .pt,
+    the declaration of a state dict; a folder of several .pt files is named as ambiguous."""
+    from nmtserve.model.importers import UnknownFormat
+
+    assert detect(FIXTURES / "fairseq")[0].name == "fairseq"
+    assert detect(FIXTURES / "torch_tutorial")[0].name == "torch.nn.Transformer"
+    one = tmp_path / "run"
+    one.mkdir()
+    shutil.copy(FIXTURES / "opennmt_py" / "model.pt", one / "model_step_2000.pt")
+    assert detect(one)[0].name == "opennmt-py"
+    with pytest.raises(UnknownFormat, match="Formats"):
+        detect(FIXTURES / "opennmt_py")  # four .pt files: which one is not guessed

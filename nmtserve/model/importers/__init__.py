@@ -98,10 +98,11 @@ def _pickle_file(path: Path) -> Path | None:
         return path if zipfile.is_zipfile(path) or path.suffix in (".pt", ".pth", ".bin") else None
     if not path.is_dir():
         return None
-    for name in FAIRSEQ_CHECKPOINTS:
-        if (path / name).is_file():
-            return path / name
-    found = sorted(path.glob("*.pt"))
+    if any(path.glob("dict.*.txt")):  # a fairseq folder: its best checkpoint first
+        for name in FAIRSEQ_CHECKPOINTS:
+            if (path / name).is_file():
+                return path / name
+    found = sorted(path.glob("*.pt"))  # else the one .pt it holds: of several, none is guessed
     return found[0] if len(found) == 1 else None
 
 
