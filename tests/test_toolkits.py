@@ -316,5 +316,5 @@ def test_a_folder_is_read_as_the_checkpoint_it_holds(tmp_path):
     one.mkdir()
     shutil.copy(FIXTURES / "opennmt_py" / "model.pt", one / "model_step_2000.pt")
     assert detect(one)[0].name == "opennmt-py"
-    with pytest.raises(UnknownFormat, match="Formats"):
+    with pytest.raises(UnknownFormat, match="several checkpoints .*model.pt.*give the file"):
         detect(FIXTURES / "opennmt_py")  # four .pt files: which one is not guessed

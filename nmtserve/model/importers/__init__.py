@@ -138,6 +138,9 @@ def detect(path: Path) -> tuple[Format, Path, Any]:
         if fmt.detect(target, held):
             return fmt, target, held
     what = "a directory" if path.is_dir() else "a file"
+    several = sorted(p.name for p in path.glob("*.pt")) if path.is_dir() else []
+    if len(several) > 1:
+        raise UnknownFormat(f"{path}: holds several checkpoints ({', '.join(several)}): give the file to export")
     hint = ""
     if isinstance(held, dict):
         hint = f" (it holds {', '.join(sorted(map(str, held))[:8])})"
