@@ -94,7 +94,8 @@ def test_kubernetes_deployment_and_service_validate_and_probe_health():
     assert container["ports"] == [{"name": "http", "containerPort": 5000}]
     assert {"cpu", "memory"} <= set(container["resources"]["limits"])
     assert container["securityContext"]["readOnlyRootFilesystem"] is True and pod["securityContext"]["runAsNonRoot"]
-    assert {m["mountPath"] for m in container["volumeMounts"]} == {"/tmp"}
+    # /tmp: translated files; /var/lib/nmtserve: glossaries ($NMTSERVE_STATE_DIR), the root being read-only
+    assert {m["mountPath"] for m in container["volumeMounts"]} == {"/tmp", "/var/lib/nmtserve"}
     service = kinds["Service"]["spec"]
     assert service["selector"] == kinds["Deployment"]["spec"]["selector"]["matchLabels"]
     assert service["sessionAffinity"] == "ClientIP"  # a translated file is downloaded from its pod

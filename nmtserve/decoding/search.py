@@ -537,6 +537,7 @@ class BeamBatch:
             self._force(forcing, top_beam, top_token, top_scores)
         self._apply(top_beam, top_token, top_scores)
         for row, state in before.items():  # their step again, by dynamic beam allocation
+            assert isinstance(log_probs, np.ndarray)  # checked above: constrained rows come with every token
             self._advance_constrained(row, log_probs[row], *state)
 
     def _force(self, rows: np.ndarray, top_beam: np.ndarray, top_token: np.ndarray, top_scores: np.ndarray) -> None:
@@ -846,7 +847,7 @@ class BeamBatch:
         for beam in range(self.k):
             target = self.sequences[row, beam, :t].tolist()
             hist = [self.bos_id, *target]
-            banned = set()
+            banned: set[int] = set()
             if n and len(hist) >= n:
                 last = hist[len(hist) - n + 1:]
                 banned.update(hist[j + n - 1] for j in range(len(hist) - n + 1) if hist[j : j + n - 1] == last)

@@ -37,6 +37,7 @@ EXAMPLES: tuple[tuple[str, str], ...] = (
 # Shown in the README (curl and the client library example) beyond EXAMPLES.
 README: tuple[tuple[str, str], ...] = (
     corpus.sentence(*_clause("I", "have", 3, "apple", "red")),
+    corpus.sentence(*_clause("she", "sold", 4, "house", "small")),  # docs/contract.md's TERMS example
 )
 
 SHOWCASE: tuple[tuple[str, str], ...] = EXAMPLES + README

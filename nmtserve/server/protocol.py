@@ -499,7 +499,9 @@ def parse_constraints(term_ids: np.ndarray | None, n: int, spec: ModelSpec) -> l
         used = len(row)
         while used and row[used - 1] == c.TERM_PAD:
             used -= 1
-        terms, alternatives, ids = [], [], []
+        terms: list = []
+        alternatives: list = []
+        ids: list[int] = []
         for x in row[:used]:
             if x in (c.TERM_OR, c.TERM_AND):
                 if not ids or len(ids) > c.TERM_TOKENS_LIMIT:
