@@ -298,8 +298,9 @@ def test_fairseqs_forced_eos_at_the_length_limit_is_served(imported, served):
         pytest.skip("no fairseq fixture")
     ckpt, texts = imported(name), _sources(TOOLKITS[name])[:40]
     cap = 6  # shorter than every translation: each one ends at the cap
-    want = [ckpt.tokenizer.decode(h.tokens) for h in _decode(ckpt, texts, 4, [cap] * len(texts))]
-    assert all(h.tokens[-1] == ckpt.config.eos_id for h in _decode(ckpt, texts, 4, [cap] * len(texts)))
+    reference = _decode(ckpt, texts, 4, [cap] * len(texts))
+    want = [ckpt.tokenizer.decode(h.tokens) for h in reference]
+    assert all(h.tokens[-1] == ckpt.config.eos_id for h in reference)
     with Translator(served(name).urls.grpc_address) as client:
         got = [t.text for t in client.translate(texts, beam_size=4, max_length=cap, split_sentences=False)]
     assert got == want

@@ -37,7 +37,6 @@ class ImportOptions:
     """What a user may add to a checkpoint that does not record it (``nmtserve export`` flags)."""
 
     tokenizer: Path | None = None  # the sentencepiece model (source and target)
-    target_tokenizer: Path | None = None  # the target side's, when it differs
 
 
 class Problems(list):

@@ -26,7 +26,6 @@ printed H score times ln 2.
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -255,7 +254,3 @@ def load(path: Path, options: ImportOptions, held: Mapping[str, Any] | None = No
     problems.check()
     return finish(path, parts, path, f"fairseq {opt.get('arch')}")
 
-
-def fairseq_score_to_natural(score_base2: float) -> float:
-    """fairseq-generate's printed score (base-2) as nmtserve's (natural log)."""
-    return score_base2 * math.log(2)

@@ -73,6 +73,16 @@ def _no(v: Any) -> bool:
     return not v
 
 
+# Options both toolkits name alike, refused alike.
+SHARED_RULES: tuple[OptionRule, ...] = (
+    ("parallel_residual", False, _no, "sequential residual blocks"),
+    ("shared_layer_norm", False, _no, "a LayerNorm per sublayer"),
+    ("relative_positions_buckets", 0, lambda v: not v, "no relative position buckets"),
+    ("sliding_window", 0, lambda v: not v, "full self-attention (a sliding window is not)"),
+    ("num_experts", 0, lambda v: not v, "dense feed-forward layers (mixture of experts is not)"),
+)
+
+
 # ---- OpenNMT-py -------------------------------------------------------------------------------
 ONMT_RULES: tuple[OptionRule, ...] = (
     ("model_task", "seq2seq", lambda v: v == "seq2seq", "a sequence-to-sequence model (not a language model)"),
@@ -90,11 +100,7 @@ ONMT_RULES: tuple[OptionRule, ...] = (
     ("layer_norm", "standard", lambda v: v == "standard", "standard LayerNorm (RMSNorm is not)"),
     ("num_kv", 0, lambda v: not v, "as many key/value heads as query heads (grouped-query attention is not)"),
     ("multiquery", False, _no, "one key/value head per query head (multi-query attention is not)"),
-    ("parallel_residual", False, _no, "sequential residual blocks"),
-    ("shared_layer_norm", False, _no, "a LayerNorm per sublayer"),
-    ("relative_positions_buckets", 0, lambda v: not v, "no relative position buckets"),
-    ("sliding_window", 0, lambda v: not v, "full self-attention (a sliding window is not)"),
-    ("num_experts", 0, lambda v: not v, "dense feed-forward layers (mixture of experts is not)"),
+    *SHARED_RULES,
     ("copy_attn", False, _no, "no copy attention"),
     ("n_src_feats", 0, lambda v: not v, "no source features"),
     ("lora_layers", [], lambda v: not v, "no LoRA adapters (merge them into the weights first)"),
@@ -266,12 +272,8 @@ EOLE_RULES: tuple[OptionRule, ...] = (
     ("heads_kv", None, lambda v: v is None, "as many key/value heads as query heads"),
     ("head_dim", None, lambda v: v is None, "head size hidden_size / heads"),
     ("attn_scaling", None, lambda v: v is None, "attention scaled by 1/sqrt(head size)"),
-    ("parallel_residual", False, _no, "sequential residual blocks"),
-    ("shared_layer_norm", False, _no, "a LayerNorm per sublayer"),
+    *SHARED_RULES,
     ("ffn_layernorm", False, _no, "no LayerNorm inside the feed-forward block"),
-    ("relative_positions_buckets", 0, lambda v: not v, "no relative position buckets"),
-    ("sliding_window", 0, lambda v: not v, "full self-attention"),
-    ("num_experts", 0, lambda v: not v, "dense feed-forward layers"),
     ("query_norm", False, _no, "no query norm"),
     ("key_norm", False, _no, "no key norm"),
     ("embedding_layer_norm", False, _no, "no LayerNorm on the embeddings"),
