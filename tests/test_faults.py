@@ -99,7 +99,17 @@ def test_killing_the_generate_stub_under_load_loses_nothing(demo_repository, dem
         stub = _stub_pid(server_pid, "generate_0_0")
         assert stub is not None, "no generate stub process found"
         os.kill(stub, signal.SIGKILL)
-        assert restarted.wait(120), "serve_forever did not restart the server"
+        if not restarted.wait(120):
+            serve.send_signal(signal.SIGINT)
+            try:
+                serve.wait(30)
+            except subprocess.TimeoutExpired:
+                serve.kill()
+                serve.wait()
+            err = serve.stderr.read() if serve.stderr else ""
+            log = (tmp_path / "serve.log").read_text(errors="replace") if (tmp_path / "serve.log").exists() else ""
+            pytest.fail("serve_forever did not restart the server\n--- stdout\n" + "".join(lines)
+                        + "\n--- stderr\n" + err[-4000:] + "\n--- tritonserver log (end)\n" + log[-4000:])
         time.sleep(3)
         stop.set()
         for t in threads:

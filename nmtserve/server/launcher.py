@@ -672,6 +672,28 @@ class TritonServer:
 # CLI entry
 
 
+RESTART_ATTEMPTS = 3
+
+
+def _restart(server: TritonServer, stop_requested: threading.Event) -> float | None:
+    """Kill and start ``server`` again; seconds to ready, or None when it would not start in
+    RESTART_ATTEMPTS tries (each failure said on stderr) or a stop was asked meanwhile."""
+    for attempt in range(1, RESTART_ATTEMPTS + 1):
+        server.kill()
+        if stop_requested.is_set():
+            return None
+        try:
+            server.start()
+            return server.wait_until_ready(abort=stop_requested)
+        except ServerError as exc:
+            if stop_requested.is_set():
+                return None
+            print(f"nmtserve: restart {attempt} of {RESTART_ATTEMPTS} failed: {exc}", file=sys.stderr, flush=True)
+            stop_requested.wait(1.0 * attempt)
+    server.kill()
+    return None
+
+
 def serve_forever(config: ServerConfig, out: TextIO | None = None) -> int:
     """Run the server until SIGINT/SIGTERM; return the process exit code for the CLI.
 
@@ -726,9 +748,9 @@ def serve_forever(config: ServerConfig, out: TextIO | None = None) -> int:
                 # UNAVAILABLE / refused connections meanwhile, which nmtserve's client retries.
                 print(f"nmtserve: the Python stub process of {', '.join(dead)} died; restarting tritonserver",
                       file=sys.stderr, flush=True)
-                server.kill()
-                server.start()
-                elapsed = server.wait_until_ready(abort=stop_requested)
+                elapsed = _restart(server, stop_requested)
+                if elapsed is None:
+                    return 0 if stop_requested.is_set() else 1
                 stubs = server.stub_processes()
                 print(f"nmtserve: Triton is serving again (ready in {elapsed:.1f} s)", file=out, flush=True)
         print("nmtserve: stopping", file=out, flush=True)
