@@ -34,6 +34,10 @@ def _add_search_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--suppress-sequence", action="append", default=None, metavar="IDS",
                    help="target token ids that may not appear in this order, \"12 7 33\" (repeatable; "
                         "CTranslate2's suppress_sequences)")
+    g.add_argument("--glossary", metavar="FILE",
+                   help="terms to keep: a TSV file (source TAB target per line; .csv: CSV). Each source term "
+                        "found in a line (any case, whole words, longest first) must come out as its target "
+                        "term (constrained beam search); a term the translation lacks is a WARNING, exit 4")
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -175,9 +179,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--document", action="store_true",
                    help="read all input (FILEs concatenated, or stdin) as ONE document and write its translation: "
                         "the server cuts it into sentences, translates them as one batch and keeps the layout")
-    p.add_argument("--format", choices=contract.DOCUMENT_FORMATS, default="plain",
-                   help="with --document: how to read it (Markdown structure and code, HTML tags, attributes, "
-                        "code/pre/script/style and translate=\"no\" are kept as written)")
+    p.add_argument("--format", choices=contract.DOCUMENT_FORMATS, default=None,
+                   help="with --document: how to read it (default: from FILE's extension, else plain). Text: "
+                        "Markdown structure and code, HTML tags, attributes, code/pre/script/style and "
+                        "translate=\"no\" are kept as written. Files (one FILE): " + ", ".join(contract.FILE_FORMATS)
+                        + ": runs of formatting, tables, notes, timings, inline codes... are kept")
+    p.add_argument("--output", "-o", metavar="OUT",
+                   help="with --document: write the translated document or file to OUT (default: stdout)")
     p.add_argument("--on-error", choices=["empty", "skip", "fail"], default="empty",
                    help="a line the server rejects (too long, invalid UTF-8, ...): its error goes to stderr "
                         "naming FILE:LINE and the other lines are translated; empty: an empty output line "

@@ -54,10 +54,13 @@ TARGET_PREFIX = "TARGET_PREFIX"
 # (a list of strings, any one will do): '[["chat", "chatte"], "maison"]'; "" = none. Decoded by
 # constrained beam search (nmtserve.decoding.constraints); an element the length limit ended
 # before a term was met says so in WARNING. At most TERMS_LIMIT terms, TERM_ALTERNATIVES_LIMIT
-# alternatives each, TERM_TOKENS_LIMIT target tokens per alternative. A term applies to one
-# sentence: an element with terms that SPLIT_SENTENCES cuts into several sentences (or that is cut
-# to fit the token limit) is refused; not with TARGET_PREFIX on the same element, nor on a
-# multilingual model (its forced target language token)
+# alternatives each, TERM_TOKENS_LIMIT target tokens per alternative. An item may also be an
+# object naming the source words it renders, {"source": "car park", "target": "parking"} (what a
+# glossary gives, nmtserve.glossary): in an element that SPLIT_SENTENCES cuts into several
+# sentences (or that is cut to fit the token limit) each sentence gets the terms whose source
+# words it holds; an element of several sentences with a term without its source is refused.
+# Not with TARGET_PREFIX on the same element, nor on a multilingual model (its forced target
+# language token)
 TERMS = "TERMS"
 # [1] optional bool, default true: a TEXT element of several sentences is translated sentence by
 # sentence (the document path's segmenter) and put back together with its own spacing; false for
@@ -123,10 +126,43 @@ def pair_suffix(pair: str) -> str:
 
 
 # -- translate_document (a whole document in, its translation out; see nmtserve.documents)
-DOCUMENT = "DOCUMENT"  # [1] UTF-8 text of the document
-FORMAT = "FORMAT"  # [1] optional: "plain" (default), "markdown", "html" or "xml" (DeepL's tag_handling=xml rules)
+DOCUMENT = "DOCUMENT"  # [1] UTF-8 text of the document, or the bytes of a file (FILE_FORMATS)
+FORMAT = "FORMAT"  # [1] optional: "plain" (default), "markdown", "html", "xml" (DeepL's tag_handling=xml rules)
+#                    or one of FILE_FORMATS; TRANSLATION is then the translated file's bytes
 SENTENCES = "SENTENCES"  # [1] int32 out: how many sentences were translated
-DOCUMENT_FORMATS = ("plain", "markdown", "html", "xml")
+TEXT_FORMATS = ("plain", "markdown", "html", "xml")
+# Files, sent and answered as bytes (nmtserve.documents._files): format -> (file name extensions,
+# media type, what it is).
+FILE_FORMATS: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "docx": ((".docx",), "application/vnd.openxmlformats-officedocument.wordprocessingml.document", "Word document"),
+    "pptx": ((".pptx",), "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+             "PowerPoint presentation"),
+    "xlsx": ((".xlsx",), "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+             "Excel workbook (its text cells)"),
+    "odt": ((".odt",), "application/vnd.oasis.opendocument.text", "OpenDocument text"),
+    "odp": ((".odp",), "application/vnd.oasis.opendocument.presentation", "OpenDocument presentation"),
+    "ods": ((".ods",), "application/vnd.oasis.opendocument.spreadsheet", "OpenDocument spreadsheet (its text cells)"),
+    "epub": ((".epub",), "application/epub+zip", "EPUB e-book"),
+    "xliff": ((".xlf", ".xliff"), "application/xliff+xml", "XLIFF 1.2 or 2.x"),
+    "po": ((".po", ".pot"), "text/x-gettext-translation", "gettext catalogue"),
+    "srt": ((".srt",), "application/x-subrip", "SubRip subtitles"),
+    "vtt": ((".vtt",), "text/vtt", "WebVTT subtitles"),
+}
+DOCUMENT_FORMATS = TEXT_FORMATS + tuple(FILE_FORMATS)
+_TEXT_EXTENSIONS = {".txt": "plain", ".text": "plain", ".md": "markdown", ".markdown": "markdown",
+                    ".html": "html", ".htm": "html", ".xhtml": "html", ".xml": "xml"}
+
+
+def document_format_of(filename: str) -> str | None:
+    """The format a file name's extension names (case-insensitive): "a.DOCX" -> "docx"; None if none."""
+    lower = filename.lower()
+    for fmt, (extensions, _, _) in FILE_FORMATS.items():
+        if lower.endswith(extensions):
+            return fmt
+    dot = lower.rfind(".")
+    return _TEXT_EXTENSIONS.get(lower[dot:]) if dot >= 0 else None
+
+
 DOCUMENT_MODEL_SUFFIX = "_document"  # the model beside the ensemble: translate -> translate_document
 # The document model's config parameter: whether the model carries inline placeholders, as the
 # export measured it (nmtserve.export.markup): "keep" sends them, "drop" sends sentences without.

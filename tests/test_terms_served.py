@@ -120,11 +120,26 @@ def test_tokenize_encodes_each_rendering_with_the_target_side_without_eos(demo_c
 def test_tokenize_refuses_terms_on_an_element_of_several_sentences_unless_sent_whole(demo_tokenize):
     texts = ["I saw three dogs. She bought four small houses.", "We arrive at 17:20."]
     terms = [(("maisons",),), ()]
-    with pytest.raises(InputError, match=r"TERMS\[0\]: TERMS apply to one sentence, and it holds 2 sentences: "
-                                         r"send one sentence per TEXT element with SPLIT_SENTENCES false"):
+    with pytest.raises(InputError, match=r"TERMS\[0\]: TERMS without their source words apply to one sentence, "
+                                         r"and it holds 2 sentences: send one sentence per TEXT element with "
+                                         r"SPLIT_SENTENCES false"):
         demo_tokenize(texts, terms=terms)
     assert demo_tokenize(texts, terms=terms, split=False)[c.TERM_IDS].shape[0] == 2
     assert demo_tokenize(texts, terms=[(), (("arrivons",),)])[c.TERM_IDS].shape[0] == 3  # others still split
+
+
+def test_terms_naming_their_source_go_to_the_sentences_that_hold_it(demo_checkpoint, demo_tokenize):
+    tok = demo_checkpoint.tokenizer
+    terms = parse_terms(strings(json.dumps([{"source": "HOUSES", "target": "maisons"},
+                                            {"source": "three dogs", "target": ["trois chiens"]}])), 1)
+    assert terms[0][0] == ("maisons",) and terms[0][0].source == "HOUSES"
+    rows = demo_tokenize(["I saw three dogs. She bought four small houses. We sleep."], terms=terms)[c.TERM_IDS]
+    assert rows.shape[0] == 3  # three sentences, each with the terms whose source words it holds
+    assert rows[0].tolist()[:len(tok.encode_target("trois chiens"))] == [*tok.encode_target("trois chiens")[:-1], AND]
+    assert rows[1].tolist()[:len(tok.encode_target("maisons"))] == [*tok.encode_target("maisons")[:-1], AND]
+    assert set(rows[2].tolist()) == {PAD}
+    with pytest.raises(InputError, match=r'TERMS\[0\]: term 0: an object term is \{"source"'):
+        parse_terms(strings('[{"target": "maisons"}]'), 1)
 
 
 def test_tokenize_refuses_terms_beside_a_target_prefix_and_a_term_the_model_cannot_write(demo_tokenize):
@@ -269,3 +284,35 @@ def test_terms_on_an_element_of_several_sentences_are_refused_unless_sent_whole(
         assert "maisons" in client.translate(text, terms=["maisons"], split_sentences=False).text
         rejected, fine = client.translate([text, "We arrive at 17:20."], terms=[["maisons"], None], on_error="return")
         assert not rejected.ok and fine.ok
+
+
+@pytest.mark.server
+def test_a_glossary_gives_each_sentence_of_a_text_its_own_terms(demo_server, tmp_path):
+    """Client ``glossary=`` and the CLI's ``--glossary FILE.tsv``: each sentence of a text is
+    translated as it is alone with the terms its own words ask for (the oracle: one sentence per
+    request with ``terms=``), found in any case; a text without a glossary term is unchanged."""
+    import subprocess
+    import sys
+
+    from nmtserve.client import Translator
+
+    glossary = {"houses": "maisons", "three dogs": "trois chiens", "car": "voiture"}
+    text = "I saw three dogs. She bought four small Houses."
+    with Translator(demo_server.urls.grpc_address) as client:
+        alone = [client.translate(s, terms=t, split_sentences=False).text for s, t in (
+            ("I saw three dogs.", ["trois chiens"]), ("She bought four small Houses.", ["maisons"]))]
+        plain = client.translate("We arrive at 17:20.").text
+        got = client.translate([text, "We arrive at 17:20."], glossary=glossary)
+    assert got[0].text == " ".join(alone) and "trois chiens" in got[0].text and "maisons" in got[0].text
+    assert got[1].text == plain and not got[0].warning
+    (tmp_path / "terms.tsv").write_text("houses\tmaisons\nthree dogs\ttrois chiens\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "nmtserve.cli", "translate", "--url", demo_server.urls.grpc_address,
+                           "--glossary", str(tmp_path / "terms.tsv")], input=text + "\n", capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == " ".join(alone) + "\n"
+    (tmp_path / "bad.tsv").write_text("houses maisons\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "nmtserve.cli", "translate", "--url", demo_server.urls.grpc_address,
+                           "--glossary", str(tmp_path / "bad.tsv")], input=text + "\n", capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and "bad.tsv: Entry with the index 0" in done.stderr and "no tab" in done.stderr

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, overload
 from . import _constants as C
 from ._base import BaseTranslator, Call, Flight
 from ._batching import Chunk, Job, failed_translation, isolate_rejected, sentence_fault
-from ._protocol import DocumentArgs, Options, TranslateArgs, Translation
+from ._protocol import DocumentArgs, Options, TranslateArgs, Translation, document_format
 from ._replicas import AsyncReplicaTransport
 from ._retry import Deadline
 from ._transports import ASYNC_TRANSPORTS
@@ -57,10 +57,11 @@ class AsyncTranslator(BaseTranslator[AsyncGenerator[list[Translation], None]]):
         return _flatten(self._batches(texts, args))
 
     async def translate_document(
-        self, text: str, format: str = "plain", **args: Unpack[DocumentArgs]
-    ) -> str:
-        """Translate a whole document in one request (see Translator.translate_document)."""
-        return await self._perform(self._document_call(text, format, args))
+        self, document: str | bytes, format: str | None = None, *, filename: str | None = None,
+        **args: Unpack[DocumentArgs]
+    ) -> str | bytes:
+        """Translate a whole document or file in one request (see Translator.translate_document)."""
+        return await self._perform(self._document_call(document, document_format(format, filename), args))
 
     async def pairs(self) -> list[str]:
         """See Translator.pairs."""

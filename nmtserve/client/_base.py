@@ -329,16 +329,16 @@ class BaseTranslator(Generic[Batches]):
             lambda result: decode_response(result, len(chunk), options, chunk.texts),
         )
 
-    def _document_call(self, text: str, fmt: str, args: DocumentArgs) -> Call:
+    def _document_call(self, document: str | bytes, fmt: str, args: DocumentArgs) -> Call:
         self._check_open()
         request = encode_document_request(
-            text, fmt, options_from("translate_document", args, DocumentArgs)
+            document, fmt, options_from("translate_document", args, DocumentArgs)
         )
         transport, model = self._transport, self.document_model
         return Call(
             self._attempts(Deadline(self.deadline), None, transport),
             lambda timeout: transport.infer(model, request, timeout),
-            lambda result: decode_document_response(result)[0],
+            lambda result: decode_document_response(result, fmt)[0],
         )
 
     def _config_call(self, read: Callable[[Mapping[str, object]], Any]) -> Call:

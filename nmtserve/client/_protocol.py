@@ -7,6 +7,7 @@ a parameter here, not a reason for a second copy.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -18,6 +19,7 @@ import numpy as np
 
 from ..alignment import parse_pharaoh
 from ..alternatives import plausible
+from ..glossary import TermFinder, glossary_terms
 from . import _constants as C
 from .errors import InvalidInputError, ServerError, TranslationError
 
@@ -112,6 +114,10 @@ class Options:
     # terms, each a str or a list of alternative renderings (str) of which one must appear:
     # [["chat", "chatte"], "maison"]. Sent as the server's TERMS (one JSON array per sentence).
     terms: Sequence[Sequence[str | Sequence[str]] | None] | None = None
+    # A glossary, {source term: target term}, for every sentence: the source terms found in each
+    # text (nmtserve.glossary: case-insensitive, whole words, longest first) are sent as TERMS
+    # naming their source words, so the server gives each sentence of a text its own terms.
+    glossary: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.alignment, bool):
@@ -153,6 +159,12 @@ class Options:
             raise InvalidInputError(f"length_penalty must be a finite number, got {penalty!r}")
         self._check_controls()
         self._check_terms()
+        if self.glossary is not None:
+            if not isinstance(self.glossary, Mapping) or not all(
+                    isinstance(k, str) and k.strip() and isinstance(v, str) and v.strip()
+                    for k, v in self.glossary.items()):
+                raise InvalidInputError("glossary must be a dict of source term -> target term (non-empty str), got "
+                                        f"{type(self.glossary).__name__}")
 
     def _check_terms(self) -> None:
         if self.terms is None:
@@ -221,7 +233,8 @@ class TranslateArgs(_CallArgs, total=False):
     all sentences or a list of one per input sentence, and the repetition controls
     (``no_repeat_ngram_size``, ``repetition_penalty``, ``min_length``, ``disable_unk``,
     ``suppress_sequences``; sentences only: a document decodes with the server's defaults), and
-    ``terms`` (per input sentence its terminology; for a single str input, its list of terms)."""
+    ``terms`` (per input sentence its terminology; for a single str input, its list of terms)
+    and ``glossary`` ({source term: target term}; the terms each text holds are asked for)."""
 
     num_hypotheses: int
     all_hypotheses: bool
@@ -236,6 +249,7 @@ class TranslateArgs(_CallArgs, total=False):
     target_prefix: str | Sequence[str] | None
     split_sentences: bool
     terms: Sequence[Sequence[str | Sequence[str]] | None] | None
+    glossary: Mapping[str, str] | None
 
 
 def options_from(method: str, args: Mapping[str, Any], accepted: type) -> Options:
@@ -275,6 +289,16 @@ def _per_sentence(name: str, value: str | Sequence[Any], indices: Sequence[int] 
         raise InvalidInputError(f"{name} has {len(value)} entries: give one per input sentence") from None
 
 
+@functools.lru_cache(maxsize=8)
+def _cached_finder(entries: tuple[str, ...]) -> TermFinder:
+    return TermFinder(entries)
+
+
+def _finder(glossary: Mapping[str, str]) -> TermFinder:
+    """One TermFinder per glossary, not per request (a call sends many)."""
+    return _cached_finder(tuple(glossary))
+
+
 def encode_request(texts: Sequence[bytes], options: Options, indices: Sequence[int] | None = None) -> Request:
     """TEXT [n] plus the optional inputs that differ from the server's defaults; ``indices``: the
     sentences' positions in the input, for the per-sentence options."""
@@ -309,10 +333,14 @@ def encode_request(texts: Sequence[bytes], options: Options, indices: Sequence[i
             if len(set(values)) == 1:
                 values = values[:1]
         inputs.append((name, np.array([v.encode("utf-8") for v in values], dtype=np.object_), "BYTES"))
-    if options.terms is not None:  # sent only when given: a server older than TERMS never sees it
-        entries = _per_sentence("terms", options.terms, indices, n)
-        terms = [json.dumps([t if isinstance(t, str) else list(t) for t in e], ensure_ascii=False) if e else ""
-                 for e in entries]
+    if options.terms is not None or options.glossary:  # sent only when given: older servers never see it
+        entries: list[list[Any]] = [[t if isinstance(t, str) else list(t) for t in e or ()] for e in (
+            _per_sentence("terms", options.terms, indices, n) if options.terms is not None else [None] * n)]
+        if options.glossary:
+            finder = _finder(options.glossary)
+            for e, text in zip(entries, texts, strict=True):
+                e += glossary_terms(text.decode("utf-8", "replace"), options.glossary, finder)
+        terms = [json.dumps(e, ensure_ascii=False) if e else "" for e in entries]
         if any(terms):
             inputs.append((C.INPUT_TERMS, np.array([t.encode("utf-8") for t in terms], dtype=np.object_), "BYTES"))
     if not options.split_sentences:  # sent only when it differs from the server's default
@@ -334,23 +362,41 @@ def encode_request(texts: Sequence[bytes], options: Options, indices: Sequence[i
     return Request(tuple(inputs), tuple(outputs), (C.OUTPUT_WARNING,))
 
 
-def encode_document_request(text: str, fmt: str, options: Options) -> Request:
+def document_format(fmt: str | None, filename: str | None) -> str:
+    """``fmt``, else the format ``filename``'s extension names, else "plain"; InvalidInputError for
+    an unknown format or extension."""
+    if fmt is None and filename is not None:
+        fmt = C.document_format_of(filename)
+        if fmt is None:
+            raise InvalidInputError(f"cannot tell the format of {filename!r} from its extension: give format= one "
+                                    f"of {', '.join(C.DOCUMENT_FORMATS)}")
+    fmt = "plain" if fmt is None else fmt
+    if fmt not in C.DOCUMENT_FORMATS:
+        raise InvalidInputError(f"format must be one of {', '.join(C.DOCUMENT_FORMATS)}, got {fmt!r}")
+    return fmt
+
+
+def encode_document_request(document: str | bytes, fmt: str, options: Options) -> Request:
     """DOCUMENT [1], FORMAT [1] and the decoding options that differ from the server's defaults."""
-    if not isinstance(text, str):
-        raise InvalidInputError(f"a document must be a str, got {type(text).__name__}")
     if fmt not in C.DOCUMENT_FORMATS:
         raise InvalidInputError(
             f"format must be one of {', '.join(C.DOCUMENT_FORMATS)}, got {fmt!r}"
         )
+    if fmt in C.FILE_FORMATS:
+        if not isinstance(document, (bytes, bytearray, memoryview)):
+            raise InvalidInputError(f"a {fmt} file must be bytes (the file's content), got {type(document).__name__}")
+        if not document:
+            raise InvalidInputError(f"the {fmt} file is empty")
+        data = bytes(document)
+    elif isinstance(document, str):
+        data = document.encode("utf-8", "surrogatepass")
+    else:
+        raise InvalidInputError(f"a {fmt} document must be a str, got {type(document).__name__}")
     if options.nbest:
         raise InvalidInputError("num_hypotheses > 1 is not available for documents")
     sentence = encode_request([b""], options)
     inputs = [
-        (
-            C.INPUT_DOCUMENT,
-            np.array([text.encode("utf-8", "surrogatepass")], dtype=np.object_),
-            "BYTES",
-        ),
+        (C.INPUT_DOCUMENT, np.array([data], dtype=np.object_), "BYTES"),
         (C.INPUT_FORMAT, np.array([fmt.encode()], dtype=np.object_), "BYTES"),
         # the options, encoded as for sentences (a document is cut into sentences by its own rules)
         *(i for i in sentence.inputs[1:] if i[0] not in (C.INPUT_SPLIT_SENTENCES, C.INPUT_ALIGN)),
@@ -358,10 +404,11 @@ def encode_document_request(text: str, fmt: str, options: Options) -> Request:
     return Request(tuple(inputs), (C.OUTPUT_TRANSLATION, C.OUTPUT_SENTENCES))
 
 
-def decode_document_response(result: InferResult) -> tuple[str, int]:
-    """(the translated document, how many sentences it had)."""
-    text = _text(_output(result, C.OUTPUT_TRANSLATION, (1,))[0])
-    return text, int(_output(result, C.OUTPUT_SENTENCES, (1,))[0])
+def decode_document_response(result: InferResult, fmt: str = "plain") -> tuple[str | bytes, int]:
+    """(the translated document, a str; or file, bytes; how many sentences it had)."""
+    raw = _output(result, C.OUTPUT_TRANSLATION, (1,))[0]
+    out: str | bytes = bytes(raw) if fmt in C.FILE_FORMATS else _text(raw)
+    return out, int(_output(result, C.OUTPUT_SENTENCES, (1,))[0])
 
 
 def tritonclient_tensors(module: ModuleType, request: Request) -> tuple[list[Any], list[Any]]:

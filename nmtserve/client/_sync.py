@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, overload
 from . import _constants as C
 from ._base import BaseTranslator, Call, Flight
 from ._batching import Chunk, Job, failed_translation, isolate_rejected, sentence_fault
-from ._protocol import DocumentArgs, Options, TranslateArgs, Translation
+from ._protocol import DocumentArgs, Options, TranslateArgs, Translation, document_format
 from ._replicas import ReplicaTransport
 from ._retry import Deadline
 from ._transports import SYNC_TRANSPORTS
@@ -112,17 +112,22 @@ class Translator(BaseTranslator[Generator[list[Translation], None, None]]):
         return _flatten(self._batches(texts, args))
 
     def translate_document(
-        self, text: str, format: str = "plain", **args: Unpack[DocumentArgs]
-    ) -> str:
-        """Translate a whole document (``format``: "plain", "markdown" or "html") in one request.
+        self, document: str | bytes, format: str | None = None, *, filename: str | None = None,
+        **args: Unpack[DocumentArgs]
+    ) -> str | bytes:
+        """Translate a whole document or file in one request.
 
+        ``format``: "plain", "markdown", "html" or "xml" (``document`` a str; a str comes back),
+        or a file format, "docx", "pptx", "xlsx", "odt", "odp", "ods", "epub", "xliff", "po",
+        "srt" or "vtt" (``document`` the file's bytes; the translated file's bytes come back).
+        Without ``format`` it is read from ``filename``'s extension, else "plain".
         The server cuts it into sentences, translates them all as one batch and puts them back:
-        whitespace, Markdown structure, HTML tags and attributes are kept, and code, ``pre``,
-        ``script``, ``style`` and ``translate="no"`` content is left as it is
+        whitespace, Markdown structure, tags, runs of formatting, timings... are kept, and code,
+        ``pre``, ``script``, ``style`` and ``translate="no"`` content is left as it is
         (docs/documents.md). Keyword arguments: translate()'s but ``num_hypotheses`` and ``on_error``.
-        Retried like a sentence request; a bad document raises InvalidInputError.
+        Retried like a sentence request; a bad document raises InvalidInputError naming the problem.
         """
-        return self._perform(self._document_call(text, format, args))
+        return self._perform(self._document_call(document, document_format(format, filename), args))
 
     def pairs(self) -> list[str]:
         """The language pairs the server translates ("en-fr", ...): a repository of pairs' list, or

@@ -188,6 +188,8 @@ def _options(args: argparse.Namespace) -> tuple[Options, dict[str, Any]]:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
     if not args.timeout > 0:
         raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    if (getattr(args, "output", None) or getattr(args, "format", None)) and not getattr(args, "document", False):
+        raise UsageError("--output and --format are for --document (a whole document or file)")
     if getattr(args, "align", False) and not args.json and not getattr(args, "document", False):
         raise UsageError("--align writes each line's alignment into its --json record: add --json")
     try:
@@ -202,7 +204,8 @@ def _options(args: argparse.Namespace) -> tuple[Options, dict[str, Any]]:
                           repetition_penalty=getattr(args, "repetition_penalty", None),
                           min_length=getattr(args, "min_length", None),
                           disable_unk=bool(getattr(args, "disable_unk", False)),
-                          suppress_sequences=_suppressed(getattr(args, "suppress_sequence", None)))
+                          suppress_sequences=_suppressed(getattr(args, "suppress_sequence", None)),
+                          glossary=_glossary(getattr(args, "glossary", None)))
     except InvalidInputError as exc:
         # Name the flags the user typed, not the library's parameters.
         message = str(exc)
@@ -230,6 +233,17 @@ def _options(args: argparse.Namespace) -> tuple[Options, dict[str, Any]]:
         "concurrency": args.concurrency,
     }
     return options, translator_args
+
+
+def _glossary(path: str | None) -> dict[str, str] | None:
+    if path is None:
+        return None
+    from ..glossary import read_glossary
+
+    try:
+        return read_glossary(path)
+    except ValueError as exc:
+        raise UsageError(f"--glossary: {exc}") from None
 
 
 def _suppressed(given: list[str] | None) -> tuple[tuple[int, ...], ...]:
@@ -393,10 +407,35 @@ def _translate_document(
         raise UsageError("--document writes the translated document: --nbest, --json, --align and --target-prefix "
                          "do not apply")
     if (options.no_repeat_ngram_size, options.repetition_penalty, options.min_length) != (None, None, None) or \
-            options.disable_unk or options.suppress_sequences:
+            options.disable_unk or options.suppress_sequences or options.glossary:
         raise UsageError("--document decodes with the server's defaults: --no-repeat-ngram-size, --repetition-penalty, "
-                         "--min-length, --disable-unk and --suppress-sequence apply to sentences only")
+                         "--min-length, --disable-unk, --suppress-sequence and --glossary apply to sentences only")
     target_lang = options.target_lang if isinstance(options.target_lang, str) or options.target_lang is None else None
+    fmt = args.format
+    if fmt is None:
+        fmt = (C.document_format_of(args.files[0]) if args.files else None) or "plain"
+    decoding = dict(beam_size=options.beam_size, max_length=options.max_length,
+                    length_penalty=options.length_penalty, source_lang=options.source_lang, target_lang=target_lang)
+    if fmt in C.FILE_FORMATS:
+        if len(args.files) != 1:
+            raise UsageError(f"--document with a {fmt} file takes exactly one FILE, got {len(args.files)}")
+        try:
+            with open(args.files[0], "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise UsageError(f"cannot read {args.files[0]}: {exc}") from None
+        translated = translator.translate_document(data, fmt, **decoding)
+        assert isinstance(translated, bytes)
+        if args.output:
+            _write_output(args.output, translated)
+        else:
+            binary = getattr(stdout, "buffer", None)
+            if binary is None or (hasattr(stdout, "isatty") and stdout.isatty()):
+                raise UsageError(f"a translated {fmt} file is binary: give -o OUT to write it")
+            stdout.flush()
+            binary.write(translated)
+            binary.flush()
+        return EXIT_OK
     if args.files:
         parts = []
         for name in args.files:
@@ -408,12 +447,31 @@ def _translate_document(
         text = "".join(parts)
     else:
         text = stdin.read()
-    stdout.write(translator.translate_document(
-        text, args.format, beam_size=options.beam_size, max_length=options.max_length,
-        length_penalty=options.length_penalty, source_lang=options.source_lang, target_lang=target_lang,
-    ))
-    stdout.flush()
+    out = translator.translate_document(text, fmt, **decoding)
+    assert isinstance(out, str)
+    if args.output:
+        _write_output(args.output, out.encode("utf-8"))
+    else:
+        stdout.write(out)
+        stdout.flush()
     return EXIT_OK
+
+
+def _write_output(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all (a temporary file beside it, renamed)."""
+    import tempfile
+
+    temporary = None
+    try:
+        fd, temporary = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".nmtserve-",
+                                         suffix=".part")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(temporary, path)
+    except OSError as exc:
+        if temporary is not None and os.path.exists(temporary):
+            os.unlink(temporary)
+        raise UsageError(f"cannot write {path}: {exc}") from None
 
 
 def _translate_all(

@@ -23,38 +23,38 @@ for once, and at most ``contract.TERMS_LIMIT`` per sentence (the longest) are as
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import hashlib
-import io
 import json
 import logging
 import os
 import re
 import tempfile
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import contract
+from ..glossary import (
+    FORBIDDEN,
+    TERM_BYTES,
+    EntriesFormatError,
+    TermFinder,
+    csv_rows,
+    entries_of,
+    tsv_rows,
+)
 from .config import Limits
 from .errors import BadRequest, NotFound, TooLarge
 
 LOGGER = logging.getLogger(__name__)
 
 FORMATS = ("tsv", "csv")
-TERM_BYTES = 1024  # DeepL's limit on a term and on a glossary's name
 SHARED = "shared"  # the owner of every glossary when the gateway has no API keys
 INVALID_ENTRIES = "Invalid glossary entries provided"  # DeepL's message; the detail says where
 NOT_FOUND = "Glossary not found"
 _ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-# What a term may not hold (DeepL's rule, as its Python client checks it): C0 and C1 control
-# characters and Unicode's line and paragraph separators.
-_FORBIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-# A word, or one character that is neither a word character nor a space: what terms and texts
-# are compared by.
-_TOKEN = re.compile(r"\w+|[^\w\s]")
 
 
 class EntriesError(BadRequest):
@@ -76,9 +76,7 @@ def default_directory() -> Path:
     return (Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state") / "nmtserve" / "glossaries"
 
 
-def _key(text: str) -> str:
-    """How terms compare: case folded, whitespace between tokens ignored."""
-    return " ".join(_TOKEN.findall(text.casefold()))
+
 
 
 @dataclass(frozen=True)
@@ -89,10 +87,10 @@ class Glossary:
     target_lang: str
     entries: Mapping[str, str]  # source term -> target term, in the order given
     creation_time: str = ""  # ISO 8601, UTC: "2026-12-04T18:00:07.123Z"
-    _finder: _Finder = field(init=False, repr=False, compare=False)
+    _finder: TermFinder = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_finder", _Finder(self.entries))
+        object.__setattr__(self, "_finder", TermFinder(self.entries))
 
     @property
     def entry_count(self) -> int:
@@ -126,46 +124,6 @@ class Glossary:
         return targets
 
 
-class _Finder:
-    """Every source term indexed by its first token; a text is read token by token, each place
-    tried against the terms that start with its token."""
-
-    def __init__(self, entries: Iterable[str]) -> None:
-        self._by_first: dict[str, list[tuple[int, str, str]]] = {}
-        for source in entries:
-            tokens = _TOKEN.findall(source.casefold())
-            if tokens:
-                self._by_first.setdefault(tokens[0], []).append((len(tokens), _key(source), source))
-
-    def find(self, text: str) -> list[tuple[int, int, str]]:
-        if not self._by_first:
-            return []
-        spans = [(m.start(), m.end()) for m in _TOKEN.finditer(text)]
-        words = [text[a:b].casefold() for a, b in spans]
-        found: list[tuple[int, int, str]] = []
-        for i, word in enumerate(words):
-            for count, key, source in self._by_first.get(word, ()):
-                if i + count <= len(words) and " ".join(words[i:i + count]) == key:
-                    start, end = spans[i][0], spans[i + count - 1][1]
-                    if _whole_words(text, start, end):
-                        found.append((start, end, source))
-        # Longest first (then leftmost), none overlapping one taken before it.
-        found.sort(key=lambda f: (f[0] - f[1], f[0]))
-        taken: list[tuple[int, int, str]] = []
-        for start, end, source in found:
-            if all(end <= a or start >= b for a, b, _ in taken):
-                taken.append((start, end, source))
-        return sorted(taken)
-
-
-def _whole_words(text: str, start: int, end: int) -> bool:
-    """Whether ``text[start:end]`` neither starts nor ends inside a word (a casefolded token can
-    split a word the text's tokens do not: "ß" -> "ss")."""
-    before = start > 0 and text[start - 1].isalnum() and text[start].isalnum()
-    after = end < len(text) and text[end].isalnum() and text[end - 1].isalnum()
-    return not (before or after)
-
-
 # -- reading entries
 
 
@@ -181,66 +139,13 @@ def parse_entries(text: object, fmt: object, source_lang: str = "", target_lang:
     if not isinstance(text, str) or not text.strip():
         raise BadRequest("Parameter 'entries' not specified." if not text else
                          f"{INVALID_ENTRIES}: no entry given")
-    rows = _tsv_rows(text) if fmt == "tsv" else _csv_rows(text, source_lang, target_lang)
-    entries: dict[str, str] = {}
-    first: dict[str, int] = {}
-    for index, (position, source, target) in enumerate(rows):
-        where = f"Entry with the index {index} (starting at position {position})"
-        for side, term in (("source", source), ("target", target)):
-            if not term:
-                raise EntriesError(f"{where} has an empty {side} term")
-            if _FORBIDDEN.search(term):
-                raise EntriesError(f"{where} has a {side} term with a control character or line separator")
-            if len(term.encode("utf-8")) > TERM_BYTES:
-                raise EntriesError(f"{where} has a {side} term over {TERM_BYTES} UTF-8 bytes")
-        if source in entries:
-            raise EntriesError(f"Key with the index {index} (starting at position {position}) duplicates key with "
-                               f"the index {first[source]}")
-        entries[source], first[source] = target, index
+    try:
+        entries = entries_of(tsv_rows(text) if fmt == "tsv" else csv_rows(text, source_lang, target_lang))
+    except EntriesFormatError as exc:
+        raise EntriesError(str(exc)) from None
     if not entries:
         raise BadRequest(f"{INVALID_ENTRIES}: no entry given")
     return entries
-
-
-def _tsv_rows(text: str) -> list[tuple[int, str, str]]:
-    rows, position = [], 0
-    for line in text.splitlines(keepends=True):
-        start, body = position, line.rstrip("\r\n")
-        position += len(line)
-        if not body.strip():
-            continue
-        if body.count("\t") != 1:
-            raise EntriesError(f"Entry with the index {len(rows)} (starting at position {start}) "
-                               + ("holds no tab between its source and target term" if "\t" not in body
-                                  else "holds more than one tab"))
-        source, target = body.split("\t")
-        rows.append((start, source.strip(), target.strip()))
-    return rows
-
-
-def _csv_rows(text: str, source_lang: str, target_lang: str) -> list[tuple[int, str, str]]:
-    rows = []
-    lines = text.splitlines(keepends=True)
-    starts = [sum(len(x) for x in lines[:i]) for i in range(len(lines))]
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
-    try:
-        for row in reader:
-            start = starts[min(reader.line_num - 1, len(starts) - 1)] if starts else 0
-            if not any(cell.strip() for cell in row):
-                continue
-            where = f"Entry with the index {len(rows)} (starting at position {start})"
-            if len(row) == 4:
-                langs = (row[2].strip().lower(), row[3].strip().lower())
-                if langs != (source_lang, target_lang):
-                    raise EntriesError(f"{where} is for {langs[0]}-{langs[1]}, not the glossary's "
-                                       f"{source_lang}-{target_lang}")
-            elif len(row) != 2:
-                raise EntriesError(f"{where} has {len(row)} columns (2: source,target; or 4: "
-                                   "source,target,source_lang,target_lang)")
-            rows.append((start, row[0].strip(), row[1].strip()))
-    except csv.Error as exc:
-        raise EntriesError(f"the CSV cannot be read at line {reader.line_num}: {exc}") from None
-    return rows
 
 
 def tsv_bytes(entries: Mapping[str, str]) -> int:
@@ -283,7 +188,7 @@ class GlossaryStore:
                entries: Mapping[str, str]) -> Glossary:
         if not isinstance(name, str) or not name.strip():
             raise BadRequest("Parameter 'name' not specified.")
-        if len(name.encode("utf-8")) > TERM_BYTES or _FORBIDDEN.search(name):
+        if len(name.encode("utf-8")) > TERM_BYTES or FORBIDDEN.search(name):
             raise BadRequest(f"Value for 'name' not supported: at most {TERM_BYTES} UTF-8 bytes, no control "
                              "characters.")
         check_size(entries, self.limits)

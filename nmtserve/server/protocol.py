@@ -336,8 +336,10 @@ def tokenize_request(tokenizer, texts: Sequence[str], spec: ModelSpec, *, prefix
     does (a generated token); with a target prefix the language token and the prefix are a decoder
     prompt, as ``generate(decoder_input_ids=[start, lang, *prefix])``.
 
-    ``terms`` (``parse_terms``, per text) become TERM_IDS rows (``term_rows``); a text with terms
-    must be one sentence, without a target prefix, on a model of one language pair."""
+    ``terms`` (``parse_terms``, per text) become TERM_IDS rows (``term_rows``): a text of one
+    sentence gets all of its terms; a text of several gets, per sentence, the terms whose source
+    words the sentence holds (every term must then name its source). Terms go without a target
+    prefix, on a model of one language pair."""
     if terms is not None and any(terms):
         _check_terms_apply(terms, prefixes, languages)
     if languages is not None:
@@ -347,6 +349,7 @@ def tokenize_request(tokenizer, texts: Sequence[str], spec: ModelSpec, *, prefix
         encode = tokenizer.encode
     pieces = Pieces()
     ids: list[list[int]] = []
+    sentence_terms: list[Terms] = []
     for i, text in enumerate(texts):
         sentences, gaps = sentences_of(text, segment_language) if split else ([text], ["", ""])
         kept_gaps, cuts = [gaps[0]], 0
@@ -363,11 +366,16 @@ def tokenize_request(tokenizer, texts: Sequence[str], spec: ModelSpec, *, prefix
             for k, (part, space) in enumerate(parts):
                 kept_gaps.append(space if k < len(parts) - 1 else gap)
                 ids.append(encoded if len(parts) == 1 else encode(part))
-        if terms is not None and terms[i] and len(kept_gaps) > 2:
+                if terms is not None:
+                    sentence_terms.append(_terms_of_sentence(terms[i], part) if len(parts) > 1 or len(sentences) > 1
+                                          else terms[i])
+        if terms is not None and terms[i] and len(kept_gaps) > 2 and not all(
+                isinstance(t, Term) and t.source for t in terms[i]):
             why = ("it is cut to fit the model's token limit" if cuts else
                    f"it holds {len(kept_gaps) - 1} sentences: send one sentence per TEXT element with "
                    f"{c.SPLIT_SENTENCES} false")
-            raise _terms_error(i, f"{c.TERMS} apply to one sentence, and {why}")
+            raise _terms_error(i, f"{c.TERMS} without their source words apply to one sentence, and {why} "
+                                  '(or give each term as {"source": ..., "target": ...})')
         pieces.add(i, kept_gaps, cuts)
     forced, prompts = [], []
     for j, owner in enumerate(pieces.owners):
@@ -387,7 +395,7 @@ def tokenize_request(tokenizer, texts: Sequence[str], spec: ModelSpec, *, prefix
         c.FORCED_IDS: pad_batch([f or [spec.pad_id] for f in forced], spec.pad_id, np.int32),
         c.FORCED_LEN: np.array([len(f) for f in forced], dtype=np.int32),
         c.PROMPT_LEN: np.array(prompts, dtype=np.int32),
-        c.TERM_IDS: term_rows(tokenizer, [terms[owner] if terms else () for owner in pieces.owners],
+        c.TERM_IDS: term_rows(tokenizer, sentence_terms if terms else [() for _ in pieces.owners],
                               pieces.owners, spec),
         c.PIECES: np.array(pieces.counts, dtype=np.int32),
         c.GAPS: np.array([g.encode("utf-8") for g in pieces.gaps], dtype=np.object_),
@@ -395,7 +403,20 @@ def tokenize_request(tokenizer, texts: Sequence[str], spec: ModelSpec, *, prefix
     }
 
 
-# One element's TERMS: per term, its renderings (any one will do).
+class Term(tuple):
+    """One term's renderings (any one will do). ``source``: the source words it renders, when the
+    request named them: the term then applies to the sentences of its element that hold them
+    (``nmtserve.glossary.TermFinder``), so an element of several sentences may carry terms."""
+
+    source: str | None
+
+    def __new__(cls, renderings: Sequence[str], source: str | None = None) -> Term:
+        term = super().__new__(cls, renderings)
+        term.source = source
+        return term
+
+
+# One element's TERMS: per term, its renderings.
 Terms = tuple[tuple[str, ...], ...]
 
 
@@ -407,8 +428,9 @@ def _terms_error(i: int, problem: str) -> InputError:
 
 def parse_terms(array: np.ndarray | None, n: int) -> list[Terms] | None:
     """TERMS [n] (or [1] for every element): per element, a JSON array whose items are a term (a
-    string) or its alternative renderings (a list of strings); "" = none. None when absent or all
-    empty; an InputError names the element and what is wrong with it."""
+    string), its alternative renderings (a list of strings), or an object naming its source words,
+    {"source": ..., "target": a string or a list} (a ``Term`` with ``source``); "" = none. None
+    when absent or all empty; an InputError names the element and what is wrong with it."""
     texts = decode_strings(c.TERMS, array, n, per_sentence=True)
     if texts is None:
         return None
@@ -435,6 +457,12 @@ def _one_terms(i: int, text: str) -> Terms:
         raise _terms_error(i, f"{len(value)} terms, more than the {c.TERMS_LIMIT} a sentence may have")
     out = []
     for t, term in enumerate(value):
+        source = None
+        if isinstance(term, dict):
+            source, term = term.get("source"), term.get("target")
+            if set(value[t]) - {"source", "target"} or not isinstance(source, str) or not source.strip():
+                raise _terms_error(i, f"term {t}: an object term is {{\"source\": the source words, \"target\": a "
+                                      f"rendering or a list of them}}, got {json.dumps(value[t], ensure_ascii=False)}")
         alternatives = [term] if isinstance(term, str) else term
         if not isinstance(alternatives, list) or not alternatives or not all(isinstance(a, str) for a in alternatives):
             raise _terms_error(i, f"term {t} must be a string or a non-empty list of strings, got {json.dumps(term)}")
@@ -443,8 +471,17 @@ def _one_terms(i: int, text: str) -> Terms:
                                   f"{c.TERM_ALTERNATIVES_LIMIT} allowed")
         if any(not a.strip() for a in alternatives):
             raise _terms_error(i, f"term {t} holds an empty string")
-        out.append(tuple(a.strip() for a in alternatives))
+        out.append(Term([a.strip() for a in alternatives], source.strip() if source else None))
     return tuple(out)
+
+
+def _terms_of_sentence(terms: Terms, sentence: str) -> Terms:
+    """The terms of an element of several sentences that ``sentence`` holds the source words of."""
+    from ..glossary import TermFinder
+
+    found = {source for _, _, source in TermFinder(
+        dict.fromkeys(t.source for t in terms if isinstance(t, Term) and t.source)).find(sentence)}
+    return tuple(t for t in terms if isinstance(t, Term) and t.source in found)
 
 
 def _check_terms_apply(terms: Sequence[Terms], prefixes: Sequence[str] | None, languages: Languages | None) -> None:
