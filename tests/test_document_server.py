@@ -140,8 +140,12 @@ def test_http_async_and_options_reach_the_document_model(demo_server):
 
 def test_bad_documents_are_refused_and_the_server_keeps_serving(demo_server):
     with Translator(demo_server.urls.grpc_address, max_retries=0) as client:
-        with pytest.raises(InvalidInputError, match="format"):
+        with pytest.raises(InvalidInputError, match="format must be one of"):
+            client.translate_document("x", "pdf")
+        with pytest.raises(InvalidInputError, match="a docx file must be bytes"):
             client.translate_document("x", "docx")
+        with pytest.raises(InvalidInputError, match="the docx file is not a readable zip package|docx"):
+            client.translate_document(b"not a zip", "docx")
         with pytest.raises(InvalidInputError, match=r"offset|control|binary"):
             client.translate_document("I have three red apples.\x00\x01\x02", "plain")
         with pytest.raises(InvalidInputError, match="sentence 2 of the document"):

@@ -73,20 +73,22 @@ class Access:
         return own if own is not None else self.limits.key_chars_per_minute
 
     def check_request(self, entry: ApiKey | None, texts: Sequence[str], *, api: str = LIBRETRANSLATE,
-                      file: bool = False) -> int:
+                      file: bool = False, chars: int | None = None) -> int:
         """Refuse a request over a limit, at once and naming it: more texts than
         ``--batch-limit``, more characters (all ``texts`` together) than
         ``request_char_limit`` (TooLarge: 400 in LibreTranslate's API, 413 in DeepL's), more
         than the key may still send this minute (RateLimited: 429; TooLarge when the request
         alone is over the key's minute). Counts the characters against the key's minute and
-        returns them. ``api`` words the message as that API does; ``file``: an uploaded file."""
+        returns them. ``api`` words the message as that API does; ``file``: an uploaded file;
+        ``chars``: the size to count instead of ``texts`` (a binary file's bytes, whose text only
+        the server reads)."""
         limits, deepl = self.limits, api == DEEPL
         if not file and limits.batch_limit != -1 and len(texts) > limits.batch_limit:
             raise TooLarge(
                 f"Request Entity Too Large: {len(texts)} texts exceed the limit of {limits.batch_limit} texts per "
                 f"request." if deepl else
                 f"Invalid request: request ({len(texts)} texts) exceeds the batch limit ({limits.batch_limit} texts)")
-        chars = sum(len(t) for t in texts)
+        chars = sum(len(t) for t in texts) if chars is None else chars
         limit = self.request_char_limit(entry, file=file)
         if limit != -1 and chars > limit:
             what = "the file" if file else "the request's texts"

@@ -13,6 +13,7 @@
     GET /v2/glossaries   {"glossaries": [...]};  GET|DELETE /v2/glossaries/{id}
     GET /v2/glossaries/{id}/entries   the entries as TSV (Accept: text/tab-separated-values)
     GET /v2/glossary-language-pairs   {"supported_languages": [{"source_lang", "target_lang"}]}
+    POST /v2/document, /v2/document/{id}, /v2/document/{id}/result   files (deepl_documents.py)
 
 A glossary (``glossaries.py``) is the key's own; ``glossary_id`` on /v2/translate needs
 ``source_lang``, and the glossary's pair must be the request's. Its terms found in a text are
@@ -53,6 +54,7 @@ from starlette.routing import Route
 from nmtserve.client import InvalidInputError, TranslationError
 from nmtserve.client.errors import local_message
 
+from . import deepl_documents
 from .errors import (
     BadRequest,
     Forbidden,
@@ -362,6 +364,7 @@ def routes(service: Service) -> list[Route]:
         Route("/v2/glossaries/{glossary_id:str}", bound(get_glossary), methods=["GET"]),
         Route("/v2/glossaries/{glossary_id:str}", bound(delete_glossary), methods=["DELETE"]),
         Route("/v2/glossaries/{glossary_id:str}/entries", bound(glossary_entries), methods=["GET"]),
+        *deepl_documents.routes(service, _auth_key, lambda key: _owner(key), _served, _error, endpoint),
     ]
 
 

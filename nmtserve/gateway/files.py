@@ -29,13 +29,16 @@ import time
 import uuid
 from pathlib import Path
 
+from .. import contract
 from .config import FILE_TTL_S, MAX_STORED_FILES, Limits
 from .errors import TooLarge
 
 LOGGER = logging.getLogger(__name__)
 
-# Upload formats and how translate_document reads them.
-FORMATS = {".txt": "plain", ".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html"}
+# Upload formats (file name extension -> translate_document's format): text, and the files the
+# server reads (contract.FILE_FORMATS: sent and answered as bytes).
+FORMATS = {".txt": "plain", ".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html",
+           **{ext: fmt for fmt, (extensions, _, _) in contract.FILE_FORMATS.items() for ext in extensions}}
 
 _STORED = re.compile(r"[0-9a-f]{32}\.[A-Za-z0-9._-]{1,200}")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")

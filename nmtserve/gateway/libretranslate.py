@@ -8,7 +8,8 @@
                            translate from too, when the text is surely in it)
     GET  /languages        [{"code", "name", "targets"}]
     GET  /frontend/settings
-    POST /translate_file   file (.txt, .md, .html), source, target, api_key -> {"translatedFileUrl"}
+    POST /translate_file   file (.txt, .md, .html and the files of contract.FILE_FORMATS: .docx, .srt...),
+                           source, target, api_key -> {"translatedFileUrl"}
     GET  /download_file/NAME
     GET  /health           {"status": "ok"}
 
@@ -28,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse
 from starlette.routing import Route
 
+from .. import contract
 from .detect import Detection
 from .errors import BadRequest, Forbidden, GatewayError, RateLimited, endpoint
 from .files import FORMATS
@@ -228,19 +230,30 @@ def routes(service: Service) -> list[Route]:
             fmt = FORMATS.get(PurePath(upload.filename).suffix.lower())
             if fmt is None:
                 raise BadRequest("Invalid request: file format not supported")
-            try:
-                text = (await upload.read()).decode("utf-8")
-            except UnicodeDecodeError:
-                raise BadRequest("Invalid request: the file is not UTF-8 text") from None
-            if "\x00" in text:
-                raise BadRequest("Invalid request: the file is binary, not text")
-            service.access.check_request(key, [text], file=True)
-            source, _ = await source_for([text], source, target)
-            _check_pair(await service.catalog(), source, target)
-            translated = await service.translate_document(text, fmt, source, target)
+            data = await upload.read()
+            if not data:
+                raise BadRequest("Invalid request: empty file")
+            if fmt in contract.FILE_FORMATS:
+                service.access.check_request(key, [], file=True, chars=len(data))
+                if source == AUTO:
+                    source = await service.only_source(target, f"a {fmt} file")
+                _check_pair(await service.catalog(), source, target)
+                translated = await service.translate_document(data, fmt, source, target)
+            else:
+                try:
+                    text = data.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise BadRequest("Invalid request: the file is not UTF-8 text") from None
+                if "\x00" in text:
+                    raise BadRequest("Invalid request: the file is binary, not text")
+                service.access.check_request(key, [text], file=True)
+                source, _ = await source_for([text], source, target)
+                _check_pair(await service.catalog(), source, target)
+                translated = await service.translate_document(text, fmt, source, target)
         finally:
             await params.close()
-        name = service.files.put(upload.filename, translated.encode("utf-8"))
+        name = service.files.put(upload.filename, translated if isinstance(translated, bytes)
+                                 else translated.encode("utf-8"))
         return JSONResponse({"translatedFileUrl": str(request.url_for("download_file", filename=name))})
 
     @endpoint(_error)

@@ -257,7 +257,7 @@ class Service:
                     error.message = f"q[{positions[exc.index]}]: {error.message}"
             raise error from exc
 
-    async def _document(self, text: str, fmt: str, route: dict, position: int | None) -> str:
+    async def _document(self, text: str | bytes, fmt: str, route: dict, position: int | None) -> str | bytes:
         try:
             return await self.translator.translate_document(text, fmt, **route)
         except TranslationError as exc:
@@ -266,8 +266,19 @@ class Service:
                 error.message = f"q[{position}]: {error.message}"
             raise error from exc
 
-    async def translate_document(self, text: str, fmt: str, source: str, target: str) -> str:
+    async def translate_document(self, text: str | bytes, fmt: str, source: str, target: str) -> str | bytes:
+        """A text document (str) or a file (bytes, a format of contract.FILE_FORMATS) translated."""
         return await self._document(text, fmt, (await self.catalog()).route(source, target), None)
+
+    async def only_source(self, target: str, what: str) -> str:
+        """The one language this server translates into ``target`` from, for a file whose text
+        the gateway cannot read to detect it (BadRequest naming ``what`` when there are several)."""
+        catalog = await self.catalog()
+        sources = [s for s in catalog.sources if target in catalog.targets_of(s)]
+        if len(sources) != 1:
+            raise BadRequest(f"Invalid request: the source language of {what} is not detected: name it "
+                             f"(source=one of {', '.join(sources) or 'none'})")
+        return sources[0]
 
 
 def as_terms(per_sentence: Sequence[Sequence[str]]) -> list[list[list[str]]]:

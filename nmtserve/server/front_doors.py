@@ -78,11 +78,13 @@ class DocumentModel(_FrontDoor):
             self._pool.submit(self._translate, text, fmt, options, sender)
         return None
 
-    def _translate(self, text: str, fmt: str, options: dict, sender) -> None:
+    def _translate(self, text: str | bytes, fmt: str, options: dict, sender) -> None:
         from ..documents import DocumentError, segment
+        from ..documents._files import segment_file
 
         try:
-            document = segment(text, fmt, max_chars=self.max_chars) if self.max_chars else segment(text, fmt)
+            cut = segment_file if isinstance(text, bytes) else segment
+            document = cut(text, fmt, max_chars=self.max_chars) if self.max_chars else cut(text, fmt)
             # A model that does not carry placeholders gets each sentence without them, and its
             # alignment puts the inline markup back around the aligned words (documents._align).
             dropping = self.inline_markup == c.INLINE_MARKUP_DROP
@@ -97,9 +99,11 @@ class DocumentModel(_FrontDoor):
             if aligning:
                 from ..alignment import parse_pharaoh
 
-                out = document.render_aligned(translations, [parse_pharaoh(a) for a in alignments]).encode("utf-8")
+                out = document.render_aligned(translations, [parse_pharaoh(a) for a in alignments])
             else:
-                out = document.render(translations).encode("utf-8")
+                out = document.render(translations)
+            if isinstance(out, str):
+                out = out.encode("utf-8")
             response = pb_utils.InferenceResponse(output_tensors=[
                 pb_utils.Tensor(c.TRANSLATION, np.array([out], dtype=np.object_)),
                 pb_utils.Tensor(c.SENTENCES, np.array([len(document.sentences)], dtype=np.int32)),
@@ -146,21 +150,24 @@ class _TranslateFailed(Exception):
         self.code = code
 
 
-def _document_input(request) -> tuple[str, str]:
-    """The request's DOCUMENT as text and its FORMAT (default plain); InputError names a bad one."""
+def _document_input(request) -> tuple[str | bytes, str]:
+    """The request's DOCUMENT, as text (a text format) or bytes (a file format), and its FORMAT
+    (default plain); InputError names a bad one."""
     document = stub.input_array(request, c.DOCUMENT)
     if document is None or document.size != 1:
         raise InputError(f"{c.DOCUMENT} must hold exactly one document, got {0 if document is None else document.size}")
-    raw = document.reshape(-1)[0]
-    try:
-        text = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{c.DOCUMENT} is not valid UTF-8 (byte {exc.start})") from None
     fmt = stub.input_array(request, c.FORMAT)
     name = "plain" if fmt is None or fmt.size == 0 else fmt.reshape(-1)[0]
     name = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
     if name not in c.DOCUMENT_FORMATS:
         raise InputError(f"{c.FORMAT} must be one of {', '.join(c.DOCUMENT_FORMATS)}, got {name!r}")
+    raw = document.reshape(-1)[0]
+    if name in c.FILE_FORMATS:
+        return (raw if isinstance(raw, bytes) else str(raw).encode("utf-8")), name
+    try:
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{c.DOCUMENT} is not valid UTF-8 (byte {exc.start})") from None
     return text, name
 
 
