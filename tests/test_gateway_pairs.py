@@ -214,3 +214,26 @@ def test_the_page_translates_a_file_into_a_download(page, direct, tmp_path):
     assert saved.read_text(encoding="utf-8") == direct.translate_document(
         content, "plain", source_lang="en", target_lang="es")
     assert page.is_hidden("#error")
+
+
+def test_the_pages_glossary_box_sends_its_terms(page, direct):
+    """The glossary box (one "source = target" or "source TAB target" per line) goes with the
+    text as LibreTranslate's `glossary` (nmtserve's extension): the page shows what the client
+    gets with the same glossary, which differs from the translation without it; a line that
+    cannot be read is named and nothing is sent."""
+    sentence = "The red car costs twelve thousand euros."
+    want = direct.translate(sentence, source_lang="en", target_lang="fr", glossary={"red car": "auto rouge"}).text
+    assert "auto rouge" in want and want != EXPECTED[sentence]
+    page.select_option("#target", "fr")
+    page.click("#glossary-box summary")
+    page.fill("#glossary", "Red Car = auto rouge\n")
+    page.fill("#source-text", sentence)
+    page.keyboard.press("Control+Enter")
+    wait_for_translation(page, want)
+    assert page.text_content("#glossary-status") == "1 term"
+    page.fill("#glossary", "red car auto rouge")
+    page.fill("#source-text", ENGLISH[2])
+    page.focus("#source-text")
+    page.keyboard.press("Control+Enter")
+    page.wait_for_function("document.getElementById('glossary-status').textContent.startsWith('Line 1')")
+    assert page.input_value("#translation") == want  # nothing was sent

@@ -134,9 +134,12 @@
     }
     const controller = (state.controller = new AbortController());
     $("status").textContent = "Translating…";
+    const terms = glossary();
+    if (terms === null) return;
     const body = {
       q, source: $("source").value, target: $("target").value, format: "text",
       alternatives: state.alternatives, api_key: apiKey() || undefined,
+      glossary: Object.keys(terms).length ? terms : undefined,
     };
     try {
       const result = await api("/translate", {
@@ -168,6 +171,26 @@
       }
       showError(explain(error.message));
     }
+  }
+
+  // The glossary box as {source: target}; null (and the line named) when a line cannot be read.
+  function glossary() {
+    const terms = {};
+    const lines = $("glossary").value.split("\n");
+    for (let i = 0; i < lines.length; i++) {
+      const line = lines[i].trim();
+      if (!line) continue;
+      const cut = line.includes("\t") ? line.split("\t") : line.split(" = ");
+      if (cut.length !== 2 || !cut[0].trim() || !cut[1].trim()) {
+        $("glossary-status").textContent = `Line ${i + 1}: write "source term = target term" (or a tab between)`;
+        $("glossary-box").open = true;
+        return null;
+      }
+      terms[cut[0].trim()] = cut[1].trim();
+    }
+    const count = Object.keys(terms).length;
+    $("glossary-status").textContent = count ? `${count} term${count === 1 ? "" : "s"}` : "";
+    return terms;
   }
 
   function showWarning(text) {
