@@ -66,6 +66,12 @@ ELSEWHERE = {
         "tests/test_gateway_weblate.py::test_the_weblate_curl_examples_answer_as_shown (docs/gateway.md)"),
     "from nmtserve.documents import XmlRules, segment": (
         "tests/test_documents_xml.py::test_the_documented_example_prints_what_docs_documents_md_shows"),
+    "nmtserve translate --url localhost:8001 --document letter.docx": (
+        "tests/test_files_served.py::test_the_cli_writes_the_translated_file"),
+    'data = open("letter.docx", "rb").read()': (
+        "tests/test_files_served.py::test_the_client_translates_each_file_format_whole"),
+    "curl -s localhost:5000/v2/document": (
+        "tests/test_files_served.py::test_the_gateway_translates_files_for_libretranslate_and_deepl_clients"),
     # docs/importers.md's declaration: the only block of the pages that opens with a brace
     "{": "tests/test_toolkits.py::test_the_documented_declaration_is_the_fixtures",
 }

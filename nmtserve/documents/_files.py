@@ -66,11 +66,10 @@ class FileFormat:
 
 # format -> (family module, the packages it needs); names, extensions and media types: the contract
 _FAMILIES = {
-    "docx": ("_ooxml", "lxml, python-docx"), "pptx": ("_ooxml", "lxml, python-pptx"),
-    "xlsx": ("_ooxml", "lxml, openpyxl"),
-    "odt": ("_odf", "lxml, odfpy"), "odp": ("_odf", "lxml, odfpy"), "ods": ("_odf", "lxml, odfpy"),
-    "epub": ("_epub", "lxml, ebooklib"), "xliff": ("_xliff", "lxml"), "po": ("_gettext", "polib"),
-    "srt": ("_subtitles", "srt"), "vtt": ("_subtitles", "webvtt-py"),
+    "docx": ("_ooxml", "lxml"), "pptx": ("_ooxml", "lxml"), "xlsx": ("_ooxml", "lxml"),
+    "odt": ("_odf", "lxml"), "odp": ("_odf", "lxml"), "ods": ("_odf", "lxml"),
+    "epub": ("_epub", "lxml"), "xliff": ("_xliff", "lxml"), "po": ("_gettext", "lxml, polib"),
+    "srt": ("_subtitles", "lxml, srt"), "vtt": ("_subtitles", "lxml"),
 }
 FILE_FORMATS: dict[str, FileFormat] = {
     name: FileFormat(name, extensions, media_type, description, *_FAMILIES[name])
