@@ -213,3 +213,17 @@ def test_the_documented_deepl_document_curls_answer_as_shown(gateway, tmp_path, 
     assert status == {**shown[1], "document_id": upload["document_id"], "billed_characters": len(docx_file())}
     run(commands[2], **ids)
     assert docx_texts((tmp_path / "letter.fr.docx").read_bytes())[0] == alone[A]
+
+
+def test_a_file_with_a_text_the_model_refuses_fails_naming_it(client):
+    """A word too long to cut to the model's token limit, in the second paragraph: the whole
+    request fails (INVALID_ARGUMENT) naming the sentence and its first words; nothing comes back."""
+    import docx
+
+    document = docx.Document()
+    document.add_paragraph(A)
+    document.add_paragraph("Supercalifragilistic" * 60 + " end.")
+    out = io.BytesIO()
+    document.save(out)
+    with pytest.raises(InvalidInputError, match=r"sentence 2 of the document \('Supercalifragilistic"):
+        client.translate_document(out.getvalue(), filename="long.docx")

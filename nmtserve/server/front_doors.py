@@ -132,8 +132,9 @@ class DocumentModel(_FrontDoor):
                                              inputs=inputs).exec()
         if response.has_error():
             error = bls_error(response.error())
-            message = c.SENTENCE_IN_MESSAGE.sub(lambda m: f"sentence {start + int(m.group(1)) + 1} of the document",
-                             error.message())
+            message = c.SENTENCE_IN_MESSAGE.sub(
+                lambda m: f"sentence {start + int(m.group(1)) + 1} of the document ({_snippet(sentences, m)})",
+                error.message())
             raise _TranslateFailed(message, error.code())
         out = pb_utils.get_output_tensor_by_name(response, c.TRANSLATION).as_numpy()
         translations = [t.decode("utf-8") for t in out.reshape(-1)]
@@ -142,6 +143,13 @@ class DocumentModel(_FrontDoor):
         aligned = pb_utils.get_output_tensor_by_name(response, c.ALIGNMENT).as_numpy()
         return translations, [a.decode("utf-8") for a in aligned.reshape(-1)]
 
+
+
+def _snippet(sentences: list[str], match) -> str:
+    """The sentence an error names, as the person finds it in the document: its first words."""
+    index = int(match.group(1))
+    text = sentences[index] if 0 <= index < len(sentences) else ""
+    return repr(text if len(text) <= 40 else text[:40] + "...")
 
 
 class _TranslateFailed(Exception):
