@@ -214,6 +214,26 @@ def test_the_page_translates_a_file_into_a_download(page, direct, tmp_path):
     assert saved.read_text(encoding="utf-8") == direct.translate_document(
         content, "plain", source_lang="en", target_lang="es")
     assert page.is_hidden("#error")
+    assert page.text_content("#file-status").startswith("Translated in ")
+
+    import io
+
+    import docx  # a Word file: bytes in, bytes out, the same translation as the client's
+    document = docx.Document()
+    document.add_paragraph(ENGLISH[0])
+    data = io.BytesIO()
+    document.save(data)
+    page.set_input_files("#file", files=[{"name": "letter.docx", "buffer": data.getvalue(), "mimeType":
+                                          "application/vnd.openxmlformats-officedocument.wordprocessingml.document"}])
+    page.click("#translate-file")
+    page.wait_for_function("document.getElementById('file-status').textContent.startsWith('Translated in')")
+    with page.expect_download() as download:
+        page.click("#download")
+    assert download.value.suggested_filename == "letter.docx"
+    download.value.save_as(tmp_path / "letter.docx")
+    want = direct.translate_document(data.getvalue(), filename="letter.docx", source_lang="en", target_lang="es")
+    assert [p.text for p in docx.Document(tmp_path / "letter.docx").paragraphs] == [
+        p.text for p in docx.Document(io.BytesIO(want)).paragraphs]
 
 
 def test_the_pages_glossary_box_sends_its_terms(page, direct):

@@ -424,7 +424,8 @@ def _translate_document(
                 data = f.read()
         except OSError as exc:
             raise UsageError(f"cannot read {args.files[0]}: {exc}") from None
-        translated = translator.translate_document(data, fmt, **decoding)
+        with _Elapsed(f"translating {os.path.basename(args.files[0])} ({_size(len(data))})"):
+            translated = translator.translate_document(data, fmt, **decoding)
         assert isinstance(translated, bytes)
         if args.output:
             _write_output(args.output, translated)
@@ -447,7 +448,8 @@ def _translate_document(
         text = "".join(parts)
     else:
         text = stdin.read()
-    out = translator.translate_document(text, fmt, **decoding)
+    with _Elapsed(f"translating the {fmt} document ({_size(len(text.encode('utf-8')))})"):
+        out = translator.translate_document(text, fmt, **decoding)
     assert isinstance(out, str)
     if args.output:
         _write_output(args.output, out.encode("utf-8"))
@@ -455,6 +457,42 @@ def _translate_document(
         stdout.write(out)
         stdout.flush()
     return EXIT_OK
+
+
+class _Elapsed:
+    """While a long request runs, a line on a terminal's stderr says for how long (the server
+    answers a document whole: there is no fraction to show). Nothing when stderr is not a terminal."""
+
+    def __init__(self, what: str) -> None:
+        import threading
+
+        self.what, self.done = what, threading.Event()
+        self.thread = threading.Thread(target=self._tick, daemon=True) if sys.stderr.isatty() else None
+
+    def __enter__(self) -> _Elapsed:
+        if self.thread is not None:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        if self.thread is not None:
+            self.thread.join()
+
+    def _tick(self) -> None:
+        import time
+
+        start = time.monotonic()
+        while not self.done.wait(1.0):
+            sys.stderr.write(f"\r{self.what}: {time.monotonic() - start:.0f} s")
+            sys.stderr.flush()
+        if time.monotonic() - start >= 1.0:
+            sys.stderr.write(f"\r{self.what}: done in {time.monotonic() - start:.1f} s\n")
+            sys.stderr.flush()
+
+
+def _size(n: int) -> str:
+    return f"{max(1, round(n / 1e3))} KB" if n < 1e6 else f"{n / 1e6:.1f} MB"
 
 
 def _write_output(path: str, data: bytes) -> None:

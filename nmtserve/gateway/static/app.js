@@ -259,15 +259,23 @@
     form.append("source", $("source").value);
     form.append("target", $("target").value);
     if (apiKey()) form.append("api_key", apiKey());
-    $("file-status").textContent = `Translating ${file.name}…`;
+    // The server answers when the whole file is translated: the line says how long it has been.
+    const started = Date.now();
+    const size = file.size < 1e6 ? `${Math.max(1, Math.round(file.size / 1e3))} KB` : `${(file.size / 1e6).toFixed(1)} MB`;
+    const progress = () => {
+      const seconds = Math.round((Date.now() - started) / 1000);
+      $("file-status").textContent = `Translating ${file.name} (${size})… ${seconds} s`;
+    };
+    progress();
+    const timer = setInterval(progress, 1000);
     try {
-      const result = await api("/translate_file", { method: "POST", body: form });
+      const result = await api("/translate_file", { method: "POST", body: form }).finally(() => clearInterval(timer));
       const link = $("download");
       link.href = result.translatedFileUrl;
       link.download = file.name;
       link.textContent = `Download ${file.name} (${nameOf($("target").value)})`;
       link.hidden = false;
-      $("file-status").textContent = "Translated.";
+      $("file-status").textContent = `Translated in ${Math.round((Date.now() - started) / 1000)} s.`;
       showError("");
       link.focus();
     } catch (error) {
