@@ -23,3 +23,19 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   python -m pip install -q -e ".[$extras]"
   echo "$want" > "$stamp"
 fi
+# The tests that check the GPU code against TensorRT's real Python API read these wheels (not
+# installed: the bindings need libnvinfer, and a stubs-only "tensorrt" would look importable).
+if [[ ",$extras," == *",test,"* ]] && [ ! -f .venv/tensorrt-api/.done ]; then
+  echo "==> downloading TensorRT's API description (scripts/tensorrt-api.txt) into .venv/tensorrt-api" >&2
+  rm -rf .venv/tensorrt-api && mkdir -p .venv/tensorrt-api/wheels
+  python -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 --platform manylinux_2_17_x86_64 \
+    -d .venv/tensorrt-api/wheels -r scripts/tensorrt-api.txt
+  for wheel in .venv/tensorrt-api/wheels/*.whl; do
+    case "$(basename "$wheel")" in
+      tensorrt_stubs-*) dest=stubs ;;
+      *) dest=bindings ;;
+    esac
+    python -m zipfile -e "$wheel" ".venv/tensorrt-api/$dest"
+  done
+  touch .venv/tensorrt-api/.done
+fi

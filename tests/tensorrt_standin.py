@@ -13,6 +13,7 @@ TensorRT.
 from __future__ import annotations
 
 import ctypes
+import enum
 import json
 from pathlib import Path
 
@@ -60,20 +61,80 @@ class AlignedHost(ArrayBackend):
 ALIGNED_HOST = AlignedHost()
 
 
+class Dims:
+    """A shape as TensorRT returns it: a sequence of ints (indexing, ``len``, iteration through
+    indexing, equality with a tuple or list), not a tuple (no hash, no tuple methods)."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self, shape=()):
+        self._dims = [int(d) for d in shape]
+
+    def __len__(self) -> int:
+        return len(self._dims)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return tuple(self._dims[index])
+        return self._dims[index]  # IndexError past the end: iteration stops there
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, Dims):
+            return self._dims == other._dims
+        if isinstance(other, (tuple, list)):
+            return self._dims == [int(d) for d in other]
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"({', '.join(map(str, self._dims))}{',' if len(self._dims) == 1 else ''})"
+
+
+class TensorIOMode(enum.Enum):
+    NONE = 0
+    INPUT = 1
+    OUTPUT = 2
+
+
+class DataType(enum.Enum):
+    FLOAT = 0
+    HALF = 1
+    INT8 = 2
+    INT32 = 3
+    BOOL = 4
+    UINT8 = 5
+    FP8 = 6
+    BF16 = 7
+    INT64 = 8
+    INT4 = 9
+
+
+float32, float16, int32, int64, bool = DataType.FLOAT, DataType.HALF, DataType.INT32, DataType.INT64, DataType.BOOL
+_NUMPY = {DataType.FLOAT: np.float32, DataType.HALF: np.float16, DataType.INT32: np.int32,
+          DataType.INT64: np.int64, DataType.BOOL: np.bool_, DataType.INT8: np.int8, DataType.UINT8: np.uint8}
+_FROM_NUMPY = {np.dtype(v): k for k, v in _NUMPY.items()}
+
+
 class Logger:
-    WARNING = 2
+    class Severity(enum.Enum):
+        INTERNAL_ERROR = 0
+        ERROR = 1
+        WARNING = 2
+        INFO = 3
+        VERBOSE = 4
 
-    def __init__(self, severity: int = WARNING):
-        self.severity = severity
+    INTERNAL_ERROR, ERROR, WARNING, INFO, VERBOSE = Severity
+
+    def __init__(self, min_severity: Logger.Severity = Severity.WARNING):
+        if not isinstance(min_severity, Logger.Severity):
+            raise TypeError(f"Logger takes a Logger.Severity, got {min_severity!r}")
+        self.min_severity = min_severity
 
 
-class TensorIOMode:
-    INPUT = "INPUT"
-    OUTPUT = "OUTPUT"
-
-
-def nptype(dtype: np.dtype) -> type:
-    return dtype.type
+def nptype(trt_type: DataType) -> type:
+    """TensorRT's own helper: the numpy type of a DataType (a DataType only, as TensorRT's)."""
+    if not isinstance(trt_type, DataType):
+        raise TypeError(f"nptype takes a tensorrt.DataType, got {trt_type!r}")
+    return _NUMPY[trt_type]
 
 
 def write_plan(path: Path, onnx_path: Path, inputs: list[graphs.Tensor], opts: BuildOptions) -> Path:
@@ -110,18 +171,21 @@ class _Engine:
     def get_tensor_name(self, index: int) -> str:
         return self.io[index][0].name
 
-    def get_tensor_mode(self, name: str) -> str:
+    def get_tensor_mode(self, name: str) -> TensorIOMode:
         return self.by_name[name][1]
 
-    def get_tensor_dtype(self, name: str) -> np.dtype:
+    def get_tensor_dtype(self, name: str) -> DataType:
+        return _FROM_NUMPY[self.numpy_dtype(name)]
+
+    def numpy_dtype(self, name: str) -> np.dtype:
         return _ORT_TYPES[self.by_name[name][0].type]
 
-    def get_tensor_shape(self, name: str) -> tuple[int, ...]:
-        return tuple(d if isinstance(d, int) else -1 for d in self.by_name[name][0].shape)
+    def get_tensor_shape(self, name: str) -> Dims:
+        return Dims(d if isinstance(d, int) else -1 for d in self.by_name[name][0].shape)
 
-    def get_tensor_profile_shape(self, name: str, profile_index: int) -> list[tuple[int, ...]]:
+    def get_tensor_profile_shape(self, name: str, profile_index: int) -> list[Dims]:
         assert profile_index == 0
-        return self.profile[name]
+        return [Dims(x) for x in self.profile[name]]
 
     def create_execution_context(self):
         return _Context(self)
@@ -142,19 +206,19 @@ class _Context:
 
     def set_input_shape(self, name: str, shape) -> bool:
         lo, _, hi = self.engine.profile[name]
-        shape = tuple(int(x) for x in shape)
+        shape = tuple(int(shape[i]) for i in range(len(shape)))  # a tuple, list or Dims
         if len(shape) != len(lo) or any(not a <= s <= b for a, s, b in zip(lo, shape, hi, strict=True)):
             return False
         self.shapes[name] = shape
         return True
 
-    def get_tensor_shape(self, name: str) -> tuple[int, ...]:
+    def get_tensor_shape(self, name: str) -> Dims:
         """Output shapes from the input shapes, through the symbolic axes of the ONNX graph."""
         sizes = {}
         for t, mode in self.engine.io:
             if mode == TensorIOMode.INPUT and t.name in self.shapes:
                 sizes.update({a: s for a, s in zip(t.shape, self.shapes[t.name], strict=True) if isinstance(a, str)})
-        return tuple(d if isinstance(d, int) else sizes.get(d, -1) for d in self.engine.by_name[name][0].shape)
+        return Dims(d if isinstance(d, int) else sizes.get(d, -1) for d in self.engine.by_name[name][0].shape)
 
     def set_tensor_address(self, name: str, address: int) -> bool:
         """False, as TensorRT 10, for a name that is not an I/O tensor of the engine or an
@@ -170,12 +234,92 @@ class _Context:
         feeds = {}
         for t, mode in engine.io:
             if mode == TensorIOMode.INPUT:
-                feeds[t.name] = _view(self.addresses[t.name], self.shapes[t.name], engine.get_tensor_dtype(t.name)).copy()
+                feeds[t.name] = _view(self.addresses[t.name], self.shapes[t.name], engine.numpy_dtype(t.name)).copy()
         names = [t.name for t, mode in engine.io if mode == TensorIOMode.OUTPUT]
         for name, value in zip(names, engine.session.run(names, feeds), strict=True):
-            shape = self.get_tensor_shape(name)
+            shape = self.get_tensor_shape(name)[:]
             if tuple(value.shape) != shape:
                 return False
-            _view(self.addresses[name], shape, engine.get_tensor_dtype(name))[...] = value
+            _view(self.addresses[name], shape, engine.numpy_dtype(name))[...] = value
         self.executions += 1
         return True
+
+
+# ---- a network description, for the fp16 build's precision rule (no builder: nothing is built) ----
+
+class LayerType(enum.Enum):
+    MATRIX_MULTIPLY = 0
+    SOFTMAX = 1
+    REDUCE = 2
+    TOPK = 3
+    UNARY = 4
+    NORMALIZATION = 5
+    SHAPE = 6
+    ELEMENTWISE = 7
+
+
+class UnaryOperation(enum.Enum):
+    EXP = 0
+    LOG = 1
+    ABS = 2
+
+
+class ITensor:
+    def __init__(self, dtype: DataType):
+        self.dtype = dtype
+
+
+class ILayer:
+    """A layer's precision and output types as TensorRT keeps them, with TensorRT's documented
+    refusal: ``set_output_type`` cannot make an integer output (TopK's indices, an integer
+    reduce or shape) floating point."""
+
+    def __init__(self, type: LayerType, outputs: list[DataType], op: UnaryOperation | None = None):
+        self.type, self._outputs, self._op = type, [ITensor(d) for d in outputs], op
+        self.precision = DataType.FLOAT
+        self.output_types: dict[int, DataType] = {}
+        self.precision_set = False
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self._outputs)
+
+    def get_output(self, index: int) -> ITensor:
+        return self._outputs[index]
+
+    def __setattr__(self, name, value):
+        if name == "precision" and "precision" in self.__dict__:
+            if not isinstance(value, DataType):
+                raise TypeError(f"precision takes a DataType, got {value!r}")
+            self.__dict__["precision_set"] = True
+        object.__setattr__(self, name, value)
+
+    def set_output_type(self, index: int, dtype: DataType) -> None:
+        if not isinstance(dtype, DataType):
+            raise TypeError(f"set_output_type takes a DataType, got {dtype!r}")
+        if self._outputs[index].dtype not in (DataType.FLOAT, DataType.HALF, DataType.BF16):
+            raise RuntimeError(f"set_output_type cannot set output {index} of a {self.type.name} layer: it is "
+                               f"{self._outputs[index].dtype.name}")
+        self.output_types[index] = dtype
+
+
+class IUnaryLayer(ILayer):
+    @property
+    def op(self) -> UnaryOperation:
+        assert self._op is not None
+        return self._op
+
+
+class INetworkDefinition:
+    def __init__(self, layers: list[ILayer]):
+        self._layers = layers
+
+    @property
+    def num_layers(self) -> int:
+        return len(self._layers)
+
+    def get_layer(self, index: int) -> ILayer:
+        layer = self._layers[index]
+        plain = ILayer.__new__(ILayer)  # TensorRT hands out the base class; .op needs the downcast
+        plain.__dict__ = layer.__dict__
+        return plain

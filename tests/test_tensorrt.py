@@ -292,3 +292,61 @@ def test_every_execution_is_enqueued_on_the_array_backends_stream(standin, tiny_
                      timeout=60)
     engine.stop()
     assert runtime.encoder.context.streams == {0x5EED} and runtime.decoder.context.streams == {0x5EED}
+
+
+# ---- the fp16 build's precision constraints, on a network description --------------------------
+
+def test_fp16_constraints_set_only_floating_outputs_to_fp32(monkeypatch):
+    """TopK's indices (INT32), an integer REDUCE and a shape computation are never forced to
+    float32 (TensorRT documents that set_output_type cannot set TopK's second output); the
+    float outputs of the layers kept in fp32 are, and the other layers are left alone."""
+    import tensorrt_standin as trt
+
+    from nmtserve.export import tensorrt as build
+
+    monkeypatch.setattr(build, "_import_tensorrt", lambda: trt)
+    F, I32 = trt.DataType.FLOAT, trt.DataType.INT32
+    layers = {
+        "softmax": trt.ILayer(trt.LayerType.SOFTMAX, [F]),
+        "topk": trt.ILayer(trt.LayerType.TOPK, [F, I32]),
+        "int reduce": trt.ILayer(trt.LayerType.REDUCE, [I32]),
+        "float reduce": trt.ILayer(trt.LayerType.REDUCE, [F]),
+        "log": trt.IUnaryLayer(trt.LayerType.UNARY, [F], trt.UnaryOperation.LOG),
+        "abs": trt.IUnaryLayer(trt.LayerType.UNARY, [F], trt.UnaryOperation.ABS),
+        "matmul": trt.ILayer(trt.LayerType.MATRIX_MULTIPLY, [F]),
+        "shape": trt.ILayer(trt.LayerType.SHAPE, [trt.DataType.INT64]),
+    }
+    kept = build.constrain_fp32_layers(trt.INetworkDefinition(list(layers.values())))
+    assert kept == 4
+    assert {name: (layer.precision_set, layer.output_types) for name, layer in layers.items()} == {
+        "softmax": (True, {0: F}), "topk": (True, {0: F}), "int reduce": (False, {}), "float reduce": (True, {0: F}),
+        "log": (True, {0: F}), "abs": (False, {}), "matmul": (False, {}), "shape": (False, {})}
+
+
+def test_the_old_fp16_rule_fails_on_the_stand_in():
+    """What build_engine did before (every output of a kept layer forced to float32) is refused
+    by the stand-in as by TensorRT: the test above can fail."""
+    import tensorrt_standin as trt
+
+    topk = trt.ILayer(trt.LayerType.TOPK, [trt.DataType.FLOAT, trt.DataType.INT32])
+    with pytest.raises(RuntimeError, match="cannot set output 1 of a TOPK layer"):
+        for j in range(topk.num_outputs):
+            topk.set_output_type(j, trt.float32)
+
+
+def test_the_stand_in_returns_what_tensorrt_returns():
+    """Dims, not tuples; enums, not strings or ints (misaligned addresses: the runtime test above)."""
+    import tensorrt_standin as trt
+
+    dims = trt.Dims((2, 3))
+    assert not isinstance(dims, tuple) and dims == (2, 3) and tuple(dims) == (2, 3) and len(dims) == 2
+    with pytest.raises(TypeError):
+        hash(dims)
+    with pytest.raises(TypeError):
+        dims + (4,)  # noqa: B018 - a tuple operation the real Dims does not have
+    with pytest.raises(TypeError):
+        trt.Logger(2)
+    assert trt.Logger(trt.Logger.WARNING).min_severity is trt.Logger.Severity.WARNING
+    with pytest.raises(TypeError):
+        trt.nptype(np.dtype(np.float32))
+    assert trt.nptype(trt.DataType.HALF) is np.float16

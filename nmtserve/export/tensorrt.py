@@ -18,9 +18,13 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from .. import graphs
 from ..runtime.spec import ModelSpec, graph_sha256  # torch-free: the GPU image has no torch
+
+if TYPE_CHECKING:
+    import tensorrt as trt
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +157,11 @@ def _import_tensorrt():
 # picks the candidates) must stay fp32 for the log-probs to.
 _FP32_LAYER_TYPES = ("NORMALIZATION", "SOFTMAX", "REDUCE", "TOPK")
 _FP32_UNARY_OPS = ("EXP", "LOG")
+# TensorRT's floating-point DataType names: the only outputs whose type a constraint may set.
+# TopK's second output (the indices) is always INT32 and TensorRT documents that
+# set_output_type "cannot be used" on it; an integer REDUCE or a shape computation has integer
+# outputs too, and forcing those to float32 fails the build.
+_FLOAT_TYPES = ("FLOAT", "HALF", "BF16")
 
 
 def keeps_fp32(layer_type: str, unary_op: str | None = None) -> bool:
@@ -160,12 +169,52 @@ def keeps_fp32(layer_type: str, unary_op: str | None = None) -> bool:
     return layer_type in _FP32_LAYER_TYPES or (layer_type == "UNARY" and unary_op in _FP32_UNARY_OPS)
 
 
+def constrain_fp32_layers(network: trt.INetworkDefinition) -> int:
+    """In an fp16 build, keep the layers ``keeps_fp32`` names in fp32: their precision, and the
+    type of each of their outputs that is floating point (never an integer output: TopK's
+    indices, an integer REDUCE). A layer whose outputs are all integers is left alone. Returns
+    how many layers were constrained.
+
+    These are the weak-typing precision constraints of TensorRT 10.5 (the image's), honoured
+    with ``BuilderFlag.OBEY_PRECISION_CONSTRAINTS``. TensorRT 10.12 deprecates them (and
+    ``BuilderFlag.FP16``) for strongly typed networks, where each tensor's type comes from the
+    ONNX graph itself; moving there means exporting an fp16 graph with explicit float32 casts
+    around these layers and building with ``NetworkDefinitionCreationFlag.STRONGLY_TYPED``,
+    which is the way once the image's TensorRT is 10.12 or later. Until then this stays: the
+    10.5 builder does not warn about it, and the same rule is unit-tested on a network stand-in.
+    """
+    if TYPE_CHECKING:
+        import tensorrt as trt
+    else:
+        trt = _import_tensorrt()
+    kept = 0
+    for i in range(network.num_layers):
+        layer = network.get_layer(i)
+        op = None
+        if layer.type == trt.LayerType.UNARY:
+            layer.__class__ = trt.IUnaryLayer  # the Python API's documented downcast, to read .op
+            op = cast("trt.IUnaryLayer", layer).op.name
+        if not keeps_fp32(layer.type.name, op):
+            continue
+        floating = [j for j in range(layer.num_outputs) if layer.get_output(j).dtype.name in _FLOAT_TYPES]
+        if not floating:
+            continue
+        layer.precision = trt.float32
+        for j in floating:
+            layer.set_output_type(j, trt.float32)
+        kept += 1
+    return kept
+
+
 def build_engine(
     onnx_path: Path, plan_path: Path, inputs: list[graphs.Tensor], opts: BuildOptions,
     timing_cache: Path | None = None, force: bool = False,
 ) -> Path:  # pragma: no cover - needs a GPU and TensorRT
     """Build (or keep, if current) a serialized TensorRT engine for one graph."""
-    trt = _import_tensorrt()
+    if TYPE_CHECKING:  # mypy checks every call against TensorRT's stubs (tests/test_tensorrt_api.py)
+        import tensorrt as trt
+    else:
+        trt = _import_tensorrt()
     expected = plan_metadata(onnx_path, opts, trt.__version__, gpu_identity())
     current, why = plan_is_current(plan_path, expected)
     if current and not force:
@@ -185,23 +234,12 @@ def build_engine(
     if opts.fp16:
         config.set_flag(trt.BuilderFlag.FP16)
         config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
-        kept = 0
-        for i in range(network.num_layers):
-            layer = network.get_layer(i)
-            op = None
-            if layer.type == trt.LayerType.UNARY:
-                layer.__class__ = trt.IUnaryLayer  # the Python API's documented downcast, to read .op
-                op = layer.op.name
-            if keeps_fp32(layer.type.name, op):
-                layer.precision = trt.float32
-                for j in range(layer.num_outputs):
-                    layer.set_output_type(j, trt.float32)
-                kept += 1
+        kept = constrain_fp32_layers(network)
         log.info("fp16 plan: %d of %d layers kept in fp32 (%s, unary %s)", kept, network.num_layers,
                  ", ".join(_FP32_LAYER_TYPES), ", ".join(_FP32_UNARY_OPS))
     profile = builder.create_optimization_profile()
     for name, (lo, mid, hi) in profile_shapes(inputs, opts).items():
-        profile.set_shape(name, lo, mid, hi)
+        profile.set_shape(name, trt.Dims(list(lo)), trt.Dims(list(mid)), trt.Dims(list(hi)))
     config.add_optimization_profile(profile)
     cache_bytes = timing_cache.read_bytes() if timing_cache and timing_cache.is_file() else b""
     cache = config.create_timing_cache(cache_bytes)

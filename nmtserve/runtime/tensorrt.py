@@ -21,12 +21,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import graphs
 from .arrays import ArrayBackend, CupyArrays
 from .spec import ModelSpec
+
+if TYPE_CHECKING:
+    import tensorrt as trt
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +89,19 @@ def check_io(name: str, found: dict[str, tuple[str, int]], expected: list[graphs
                                    + ". Rebuild the plans from this export")
 
 
+def shape_of(dims: trt.Dims) -> tuple[int, ...]:
+    """A TensorRT ``Dims`` (what shape getters return; a sequence, not a tuple) as a tuple."""
+    return tuple(int(dims[i]) for i in range(len(dims)))
+
+
 class _Plan:
     """One deserialized engine and its execution context."""
 
-    def __init__(self, trt, runtime, path: Path, arrays: ArrayBackend):
+    def __init__(self, runtime: trt.Runtime, path: Path, arrays: ArrayBackend):
+        if TYPE_CHECKING:  # mypy checks every call against TensorRT's stubs (tests/test_tensorrt_api.py)
+            import tensorrt as trt
+        else:
+            trt = import_tensorrt()
         if not path.is_file():
             raise TensorRTRuntimeError(f"{path} is missing: the container builds it at start "
                                        "(python -m nmtserve.export.engines)")
@@ -110,7 +123,7 @@ class _Plan:
     def max_shape(self, name: str) -> tuple[int, ...]:
         """Largest shape of input ``name`` in optimization profile 0."""
         _, _, hi = self.engine.get_tensor_profile_shape(name, 0)
-        return tuple(hi)
+        return shape_of(hi)
 
     def _device(self, name: str, value):
         """``value`` as a contiguous, aligned device array of the engine's dtype for ``name``."""
@@ -148,7 +161,7 @@ class _Plan:
                                            "the plan's optimization profile")
             self._bind(name, arrays.pointer(value))
         for name, out in outputs.items():
-            expected = tuple(ctx.get_tensor_shape(name))
+            expected = shape_of(ctx.get_tensor_shape(name))
             if expected != tuple(out.shape):
                 raise TensorRTRuntimeError(f"{self.path.name}: {name} has shape {expected}, expected {tuple(out.shape)}")
             pointer = arrays.pointer(out)
@@ -168,14 +181,17 @@ class TensorRTModel:
 
     def __init__(self, encoder_plan: Path, decoder_plan: Path, spec: ModelSpec, device_id: int = 0,
                  arrays: ArrayBackend | None = None):
-        trt = import_tensorrt()
+        if TYPE_CHECKING:
+            import tensorrt as trt
+        else:
+            trt = import_tensorrt()
         self.spec = spec
         self.arrays = arrays or CupyArrays(device_id)  # another backend only in tests
         self.arrays.activate()
         self._logger = trt.Logger(trt.Logger.WARNING)
         self._runtime = trt.Runtime(self._logger)
-        self.encoder = _Plan(trt, self._runtime, Path(encoder_plan), self.arrays)
-        self.decoder = _Plan(trt, self._runtime, Path(decoder_plan), self.arrays)
+        self.encoder = _Plan(self._runtime, Path(encoder_plan), self.arrays)
+        self.decoder = _Plan(self._runtime, Path(decoder_plan), self.arrays)
         dims = spec.dims
         self._enc_out = graphs.encoder_outputs(dims)
         self._dec_out = graphs.served_decoder_outputs(dims, self.decoder.dtypes)
