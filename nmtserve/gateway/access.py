@@ -80,16 +80,18 @@ class Access:
         than the key may still send this minute (RateLimited: 429; TooLarge when the request
         alone is over the key's minute). Counts the characters against the key's minute and
         returns them. ``api`` words the message as that API does; ``file``: an uploaded file;
-        ``chars``: the size to count instead of ``texts`` (a binary file's bytes, whose text only
-        the server reads)."""
+        ``chars``: the size to count against the key's minute instead of ``texts``: a binary
+        file's bytes, whose text only the server reads (and bounds: its document limit), so the
+        per-request character limit does not apply to it."""
         limits, deepl = self.limits, api == DEEPL
         if not file and limits.batch_limit != -1 and len(texts) > limits.batch_limit:
             raise TooLarge(
                 f"Request Entity Too Large: {len(texts)} texts exceed the limit of {limits.batch_limit} texts per "
                 f"request." if deepl else
                 f"Invalid request: request ({len(texts)} texts) exceeds the batch limit ({limits.batch_limit} texts)")
-        chars = sum(len(t) for t in texts) if chars is None else chars
-        limit = self.request_char_limit(entry, file=file)
+        binary = chars
+        chars = sum(len(t) for t in texts) if binary is None else binary
+        limit = self.request_char_limit(entry, file=file) if binary is None else -1
         if limit != -1 and chars > limit:
             what = "the file" if file else "the request's texts"
             raise TooLarge(
