@@ -186,7 +186,10 @@ def test_translate_document_takes_the_rules():
 
 
 def test_the_served_formats_are_read_here():
-    assert "xml" in FORMATS and set(contract.DOCUMENT_FORMATS) <= set(FORMATS)
+    from nmtserve.documents._files import FILE_FORMATS
+
+    assert "xml" in FORMATS and set(contract.TEXT_FORMATS) <= set(FORMATS)
+    assert set(contract.DOCUMENT_FORMATS) == set(contract.TEXT_FORMATS) | set(FILE_FORMATS)
 
 
 # -- bad XML

@@ -14,7 +14,9 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "nmtserve"
 
 # Dependency-free modules any layer may use.
-BASE = {"contract", "defaults", "graphs", "exitcodes", "languages", "documents", "coverage", "alignment", "alternatives"}
+BASE = {"contract", "defaults", "graphs", "exitcodes", "languages", "documents", "coverage", "alignment", "alternatives",
+        "glossary",
+        "confidence"}
 # Each sub-package and what it may import besides BASE (and itself).
 ALLOWED = {
     "documents": set(),
