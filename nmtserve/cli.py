@@ -205,6 +205,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--align", action="store_true",
                    help="with --json: each record's word alignment to its line, \"alignment\": [[source word, target "
                         "word], ...] counted from 0 over the whitespace-separated words (the contract's ALIGNMENT)")
+    p.add_argument("--confidence", action="store_true",
+                   help="with --json: the model's confidence in each translation (\"confidence\", 0..1, its tokens' "
+                        "geometric mean probability) and per word (\"word_confidence\"; under 0.3: likely wrong); "
+                        "with --align too, \"missing_words\": source words nothing in the translation attended to")
     p.add_argument("--no-split-sentences", action="store_true",
                    help="send each line to the model whole; by default the server translates a line of several "
                         "sentences sentence by sentence and joins them with the line's own spacing")

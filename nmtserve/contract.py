@@ -28,6 +28,9 @@ EARLY_STOPPING = "EARLY_STOPPING"
 # [1] optional bool, default false: fill ALIGNMENT (the decoder's attention carried with the beams;
 # the step reads it only for the sentences that ask)
 ALIGN = "ALIGN"
+# [1] optional bool, default false: fill SENTENCE_CONFIDENCE and WORD_CONFIDENCE (each token's
+# log-probability carried with the beams; only the sentences that ask carry them)
+CONFIDENCE = "CONFIDENCE"
 # Repetition controls (docs/contract.md#repetition-controls; nmtserve.decoding.search has the rules):
 # [1] optional int32, default 0 (off): a token that would repeat an n-gram of the hypothesis has
 # probability 0 (transformers' and CTranslate2's no_repeat_ngram_size)
@@ -70,7 +73,7 @@ SPLIT_SENTENCES = "SPLIT_SENTENCES"
 # (at a clause, else a word break; each piece translated alone); 0 for nearly every sentence
 CUTS = "CUTS"
 # [n] string out: "" or why the translation of TEXT[i] may leave part of it out or be wrong ("may be
-# incomplete: digits of the source are missing (3)", "may be wrong: the model is unsure of it ..."):
+# incomplete: the source's number '3' is not in the translation", "may be wrong: the model is unsure of it ..."):
 # a source number missing, much shorter than the model's usual length ratio, or a score far under
 # the model's usual (nmtserve.coverage; the ratio and the floor measured at export)
 WARNING = "WARNING"
@@ -79,6 +82,16 @@ WARNING = "WARNING"
 # of TEXT[i] and of TRANSLATION[i]); each target word once, aligned to the source word its first
 # token attended to most (none when that was the end-of-sentence or a language token); "" without ALIGN
 ALIGNMENT = "ALIGNMENT"
+# [n] fp32 out: with CONFIDENCE, the translation's geometric mean token probability, exp(mean log p)
+# (an element of several sentences: its lowest); -1 without (nmtserve.confidence)
+SENTENCE_CONFIDENCE = "SENTENCE_CONFIDENCE"
+# [n] string out: with CONFIDENCE, per whitespace-separated word of TRANSLATION[i] the probability
+# of its least likely piece, two decimals ("0.98 0.41 1.00"); "" without (nmtserve.confidence)
+WORD_CONFIDENCE = "WORD_CONFIDENCE"
+# [n] string out: the source words (positions from 0 over the whitespace-separated words of
+# TEXT[i]) that may be missing from the translation: content words no target token attended to
+# (nmtserve.coverage.omitted_words), "3 7"; "" when none, and without the decoder's alignments
+MISSING_WORDS = "MISSING_WORDS"
 
 # -- between the ensemble's steps (and for callers of `generate` with their own ids)
 SRC_IDS = "SRC_IDS"  # [n, S] int32, padded
@@ -87,6 +100,7 @@ OUT_IDS = "OUT_IDS"  # [n, k, T] int32
 OUT_LEN = "OUT_LEN"  # [n, k] int32
 OUT_SCORE = "OUT_SCORE"  # [n, k] fp32
 OUT_ALIGN = "OUT_ALIGN"  # [n, k, T] int32: per token of OUT_IDS its source position (T = 0 without ALIGN)
+OUT_LOGPROB = "OUT_LOGPROB"  # [n, k, T] fp32: per token of OUT_IDS its log-probability (T = 0 without CONFIDENCE)
 # Per sentence, the tokens forced after the decoder start token (the target language token, then
 # the target prefix): FORCED_IDS [n, F] int32 padded, FORCED_LEN [n], and PROMPT_LEN [n], how many
 # of them are a decoder prompt not counted in lengths (nmtserve.decoding.search.TargetPrefix)
@@ -203,7 +217,8 @@ class Tensor:
 CONTROL_INPUTS = {NO_REPEAT_NGRAM_SIZE: "TYPE_INT32", REPETITION_PENALTY: "TYPE_FP32", MIN_LENGTH: "TYPE_INT32",
                   DISABLE_UNK: "TYPE_BOOL", SUPPRESS_SEQUENCES: "TYPE_INT32"}
 OPTION_INPUTS = {BEAM_SIZE: "TYPE_INT32", MAX_LENGTH: "TYPE_INT32", LENGTH_PENALTY: "TYPE_FP32",
-                 NUM_HYPOTHESES: "TYPE_INT32", EARLY_STOPPING: "TYPE_BOOL", ALIGN: "TYPE_BOOL", **CONTROL_INPUTS}
+                 NUM_HYPOTHESES: "TYPE_INT32", EARLY_STOPPING: "TYPE_BOOL", ALIGN: "TYPE_BOOL", CONFIDENCE: "TYPE_BOOL",
+                 **CONTROL_INPUTS}
 OPTION_DIMS = {SUPPRESS_SEQUENCES: (-1, -1)}  # the others are [1]
 OPTIONS = [Tensor(name, t, OPTION_DIMS.get(name, (1,)), optional=True) for name, t in OPTION_INPUTS.items()]
 
@@ -219,7 +234,8 @@ ROUTER_INPUTS = LANGUAGE_INPUTS
 TRANSLATE_OUTPUTS = [Tensor(TRANSLATION, "TYPE_STRING", (-1,)), Tensor(SCORE, "TYPE_FP32", (-1,)),
                      Tensor(NBEST_TRANSLATION, "TYPE_STRING", (-1, -1)), Tensor(NBEST_SCORE, "TYPE_FP32", (-1, -1)),
                      Tensor(CUTS, "TYPE_INT32", (-1,)), Tensor(WARNING, "TYPE_STRING", (-1,)),
-                     Tensor(ALIGNMENT, "TYPE_STRING", (-1,))]
+                     Tensor(ALIGNMENT, "TYPE_STRING", (-1,)), Tensor(SENTENCE_CONFIDENCE, "TYPE_FP32", (-1,)),
+                     Tensor(WORD_CONFIDENCE, "TYPE_STRING", (-1,)), Tensor(MISSING_WORDS, "TYPE_STRING", (-1,))]
 TOKENIZE_INPUTS = [Tensor(TEXT, "TYPE_STRING", (-1,)), TARGET_PREFIXES, SPLIT, TERM_TEXTS]
 MULTILINGUAL_TOKENIZE_INPUTS = [*TOKENIZE_INPUTS, *LANGUAGES]
 SOURCE_TENSORS = [Tensor(SRC_IDS, "TYPE_INT32", (-1, -1)), Tensor(SRC_LEN, "TYPE_INT32", (-1,))]
@@ -232,15 +248,17 @@ TOKENIZE_OUTPUTS = [*SOURCE_TENSORS, *FORCED_TENSORS, *TERM_TENSORS, *LAYOUT_TEN
 GENERATE_INPUTS = [*SOURCE_TENSORS, *OPTIONS,
                    *(Tensor(t.name, t.triton_type, t.dims, optional=True) for t in (*FORCED_TENSORS, *TERM_TENSORS))]
 GENERATE_OUTPUTS = [Tensor(OUT_IDS, "TYPE_INT32", (-1, -1, -1)), Tensor(OUT_LEN, "TYPE_INT32", (-1, -1)),
-                    Tensor(OUT_SCORE, "TYPE_FP32", (-1, -1)), Tensor(OUT_ALIGN, "TYPE_INT32", (-1, -1, -1))]
+                    Tensor(OUT_SCORE, "TYPE_FP32", (-1, -1)), Tensor(OUT_ALIGN, "TYPE_INT32", (-1, -1, -1)),
+                    Tensor(OUT_LOGPROB, "TYPE_FP32", (-1, -1, -1))]
 # Without the layout (a caller with its own ids) each row is one element; with the request's TEXT
 # (and a multilingual model's languages, and its TERMS) each element's WARNING is checked.
 # OUT_ALIGN and the source ids (tokenize's SRC_IDS/SRC_LEN) give ALIGNMENT.
-DETOKENIZE_INPUTS = [*(Tensor(t.name, t.triton_type, t.dims, optional=t.name == OUT_ALIGN) for t in GENERATE_OUTPUTS),
+DETOKENIZE_INPUTS = [*(Tensor(t.name, t.triton_type, t.dims, optional=t.name in (OUT_ALIGN, OUT_LOGPROB))
+                       for t in GENERATE_OUTPUTS),
                      *(Tensor(t.name, t.triton_type, t.dims, optional=True) for t in (*LAYOUT_TENSORS, *SOURCE_TENSORS)),
                      Tensor(TEXT, "TYPE_STRING", (-1,), optional=True), *LANGUAGES, TERM_TEXTS]
 DETOKENIZE_OUTPUTS = TRANSLATE_OUTPUTS
 # The n-best inputs and outputs make no sense for a whole document: one translation comes back.
 DOCUMENT_INPUTS = [Tensor(DOCUMENT, "TYPE_STRING", (1,)), Tensor(FORMAT, "TYPE_STRING", (1,), optional=True),
-                   *(t for t in OPTIONS if t.name not in (NUM_HYPOTHESES, ALIGN, *CONTROL_INPUTS)), *LANGUAGES]
+                   *(t for t in OPTIONS if t.name not in (NUM_HYPOTHESES, ALIGN, CONFIDENCE, *CONTROL_INPUTS)), *LANGUAGES]
 DOCUMENT_OUTPUTS = [Tensor(TRANSLATION, "TYPE_STRING", (1,)), Tensor(SENTENCES, "TYPE_INT32", (1,))]

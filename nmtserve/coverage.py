@@ -18,6 +18,15 @@ service can give, because nothing looks wrong. ``warning`` looks for four signs 
   held-out scores, measured at export): input outside what the model knows, answered with fluent
   nonsense ("may be wrong").
 
+Two more need more than the texts:
+
+* **A content word nothing attended to** (``omitted_words``): with the decoder's alignments, a
+  source word that is not punctuation, a number (the number check covers those), a tag or a
+  function word of the source language (``function_words``: the lists in
+  ``nmtserve/function_words/``) and that no target token attended to most may be missing.
+* **Degenerate output** (``degenerate``): a block of words written over and over ("six. six.
+  six."), or the source copied into the translation.
+
 The figures (how many dropped translations it catches, how many right ones it flags) are measured
 on the demo's held-out joined set by ``bench/omission.py``; the thresholds are chosen there.
 Dependency-free but for num2words, optional: without it (or for a language it does not know)
@@ -28,8 +37,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
+from importlib import resources
 
 # A score (length-normalised log-probability) under this many times the 1st percentile of the
 # model's scores on its held-out sentences (measured at export) is flagged: a model far outside
@@ -106,10 +116,139 @@ def mentions(text: str, language: str | None) -> int:
     return count
 
 
+@lru_cache(maxsize=64)
+def _spelled(language: str | None) -> tuple[dict[tuple[str, ...], int], dict[str, int], frozenset[str],
+                                           frozenset[str]] | None:
+    """(the words of each number under 1,000 in ``language`` (joiners left out) -> its value,
+    the words that multiply ("thousand", "mille", "million") -> by how much, the joiners, the
+    words that end an ordinal ("sixth", "sixième")), from num2words; None where it is missing or
+    does not know the language."""
+    vocabulary = number_words(language)
+    if vocabulary is None or not language:
+        return None
+    from num2words import num2words  # number_words found it
+
+    code = language.split("_")[0].split("-")[0].lower()
+    joiners = vocabulary[1]
+    table: dict[tuple[str, ...], int] = {}
+    try:
+        for n in range(1000):
+            table.setdefault(tuple(w for w in _WORD.findall(num2words(n, lang=code).lower()) if w not in joiners), n)
+        multipliers = {}
+        for m in (1000, 10**6, 10**9):
+            words = [w for w in _WORD.findall(num2words(m, lang=code).lower()) if w not in joiners]
+            multipliers[words[-1]] = m
+            multipliers.setdefault(words[-1] + "s", m)  # "millions", "milliards"
+    except (NotImplementedError, OverflowError, KeyError, AttributeError, TypeError, ValueError):
+        return None
+    one = [w for w in _WORD.findall(num2words(1, lang=code).lower())]
+    for word in _EXTRA_WORDS.get(code, ()):  # "une", and "vingt et une" as "vingt et un"
+        for key, value in list(table.items()):
+            if len(one) == 1 and one[0] in key:
+                table.setdefault(tuple(word if w == one[0] else w for w in key), value)
+    ordinals: set[str] = set()
+    try:
+        for n in (*range(1, 101), 1000, 10**6):
+            if spelled := _WORD.findall(num2words(n, lang=code, to="ordinal").lower()):
+                ordinals.add(spelled[-1])
+    except (NotImplementedError, OverflowError, KeyError, AttributeError, TypeError, ValueError):
+        pass
+    return table, multipliers, joiners, frozenset(ordinals - set(vocabulary[0]))
+
+
+def number_values(text: str, language: str | None) -> list[tuple[int, str]] | None:
+    """The numbers ``text`` holds, each (its value, as written): digit runs ("12 000" and "12,000"
+    are 12000; "7:45" is 7 and 45; zeros do not count: "7:00" is "7 h" in French) and runs of the
+    language's number words read as a reader would ("three hundred seventy-five" is 375, "vingt
+    et un" 21, "six and seven" 6 and 7); None for a language num2words does not know, or a run of
+    number words it cannot read (German compounds: the caller falls back on counting mentions)."""
+    values = []
+    for match in _DIGITS.finditer(text):
+        digits = "".join(ch for ch in match.group() if ch.isdigit())
+        if int(digits):
+            values.append((int(digits), match.group()))
+    spelled = _spelled(language)
+    if spelled is None:
+        return None
+    table, multipliers, joiners, ordinals = spelled
+    words = number_words(language)[0]  # type: ignore[index]  # _spelled found it
+    tokens = re.findall(r"[^\W\d_]+|\S", text.lower())
+    run: list[str] = []
+    for token in [*tokens, "."]:
+        if token in words or token in multipliers or (run and (token in joiners or token == "-")):
+            run.append(token)
+            continue
+        if token in ordinals or (token[:-1] in ordinals and token.endswith("s")):
+            run = []  # "three hundred eighty-sixth": an ordinal, not a number to find
+            continue
+        while run and (run[-1] in joiners or run[-1] == "-"):  # "six and" before a word
+            run.pop()
+        if run:
+            kept = [i for i, w in enumerate(run) if w not in joiners and w != "-"]
+            read = _read_run([run[i] for i in kept], table, multipliers)
+            if read is None:
+                return None
+            for value, first, last in read:
+                shown = run[kept[first]: kept[last - 1] + 1]
+                values.append((value, " ".join(shown).replace(" - ", "-")))
+            run = []
+    return values
+
+
+def _read_run(words: list[str], table: dict[tuple[str, ...], int],
+              multipliers: dict[str, int]) -> list[tuple[int, int, int]] | None:
+    """The numbers of a run of number words, each (value, first word, end): the longest group
+    under 1,000 at each point, times the multiplier after it; a group joins the number before it
+    when its multiplier is smaller ("twenty three thousand" + "eight hundred" = 23800), else
+    starts a new one. None when a word cannot be read there."""
+    out: list[tuple[int, int, int]] = []
+    total, last, start = 0, 0, 0  # the number being read, its last group's multiplier (0: none yet), its first word
+    i = 0
+    while i < len(words):
+        value, j = None, i
+        for end in range(min(len(words), i + 6), i, -1):
+            group = tuple(words[i:end])
+            # "quatre-vingt mille" and "deux cent un" drop the plural s of "quatre-vingts", "deux
+            # cents" (and a slip writes "cents" alone): a group reads with or without it.
+            tail = group[-1]
+            forms = (group, (*group[:-1], tail[:-1] if tail.endswith("s") else tail + "s"))
+            if (found := next((table[f] for f in forms if f in table), None)) is not None:
+                value, j = found, end
+                break
+        if value is None and words[i] not in multipliers:
+            return None
+        multiplier = 1
+        if j < len(words) and words[j] in multipliers:
+            multiplier = multipliers[words[j]]
+            j += 1
+        part = (1 if value is None else value) * multiplier
+        if last and multiplier < last:
+            total += part
+        else:
+            if last:
+                out.append((total, start, i))
+            total, start = part, i
+        last, i = multiplier, j
+    if last:
+        out.append((total, start, i))
+    return [v for v in out if v[0]]
+
+
 def missing_numbers(source: str, translation: str, source_language: str | None = None,
                     target_language: str | None = None) -> str:
-    """"" when every number of ``source`` is in ``translation``; else which are not: digits (1-9)
-    of the source missing, or fewer mentions of numbers (digits or words) than the source's."""
+    """"" when every number of ``source`` is in ``translation``; else which are not: a number of
+    the source (in digits or words, ``number_values``) whose value the translation does not hold
+    (in digits or words), or where the words cannot be read, digits (1-9) of the source missing
+    or fewer mentions of numbers (digits or words) than the source's."""
+    have, get = number_values(source, source_language), number_values(translation, target_language)
+    if have is not None and get is not None:
+        lost = Counter(v for v, _ in have) - Counter(v for v, _ in get)
+        if lost:
+            written = {v: w for v, w in have}
+            named = ", ".join(f"'{written[v]}'" for v in sorted(lost.elements(), key=list(written).index))
+            return f"the source's numbers {named} are not in the translation" if sum(lost.values()) > 1 \
+                else f"the source's number {named} is not in the translation"
+        return ""
     lost = nonzero_digits(source) - nonzero_digits(translation)
     if lost:
         return "digits of the source are missing (" + ", ".join(sorted(lost.elements())) + ")"
@@ -127,24 +266,178 @@ def missing_terms(translation: str, terms: Sequence[Sequence[str]]) -> list[str]
     return [term[0] for term in terms if term and not any(" ".join(t.split()) in text for t in term)]
 
 
+# Source words (lower-cased) that may be named without a function word list: clitics after an
+# apostrophe ("I'm", "we'll", "l'", "d'").
+_CLITICS = frozenset({"s", "m", "ll", "re", "ve", "d", "l", "j", "n", "qu", "c"})
+_APOSTROPHE = re.compile(r"['\u2019]")
+_EDGES = re.compile(r"^[^\w<]+|[^\w>]+$")  # punctuation around a word (a tag's brackets stay)
+_TAG = re.compile(r"^(?:<[^<>]*>|\{\d+\}|%\w|\$\{?\w+\}?)$")  # <b>, </x1>, <x2/>, {1}, %s, $name
+
+
+@lru_cache(maxsize=64)
+def _word_lists(language: str | None) -> tuple[frozenset[str], tuple[tuple[str, ...], ...]] | None:
+    """(the function words, the phrases) of ``nmtserve/function_words/<code>.txt``: a line of one
+    word is a function word; a line of several ("good morning") a phrase a translation often
+    renders by one word ("Bonjour"), counted as one content word."""
+    if not language:
+        return None
+    code = language.split("_")[0].split("-")[0].lower()
+    if not code.isalpha():
+        return None
+    try:
+        text = resources.files("nmtserve").joinpath("function_words", f"{code}.txt").read_text(encoding="utf-8")
+    except (FileNotFoundError, OSError):
+        return None
+    lines = [w for line in text.splitlines() if (w := " ".join(line.split("#")[0].lower().split()))]
+    return (frozenset(w for w in lines if " " not in w),
+            tuple(sorted((tuple(w.split()) for w in lines if " " in w), key=len, reverse=True)))
+
+
+def function_words(language: str | None) -> frozenset[str] | None:
+    """The function words of ``language`` (its ISO 639-1 code, "en"; "pt_BR" reads pt), from
+    ``nmtserve/function_words/<code>.txt``; None for a language without a list."""
+    lists = _word_lists(language)
+    return None if lists is None else lists[0]
+
+
+def content_units(source: str, language: str | None) -> list[tuple[int, ...]]:
+    """The content words of ``source``, each as the positions (from 0, over its whitespace-separated
+    words) it takes: one, or several for a phrase of the list ("good morning"). A content word
+    has a letter and is not a number (digits or the language's number words: the number check
+    covers those), a tag (``<b>``, ``{1}``, ``%s``) or a function word of the language (an elided
+    form counts by its parts: "I'm" is two function words). [] for a language without a list."""
+    lists = _word_lists(language)
+    if lists is None:
+        return []
+    functions, phrases = lists
+    vocabulary = number_words(language)
+    numbers = vocabulary[0] if vocabulary else frozenset()
+    plain = [_EDGES.sub("", raw).lower() for raw in source.split()]
+    out: list[tuple[int, ...]] = []
+    i = 0
+    while i < len(plain):
+        phrase = next((p for p in phrases if tuple(plain[i:i + len(p)]) == p), None)
+        if phrase:
+            out.append(tuple(range(i, i + len(phrase))))
+            i += len(phrase)
+            continue
+        word = plain[i]
+        i += 1
+        if not word or _TAG.match(word) or any(ch.isdigit() for ch in word) or not any(ch.isalpha() for ch in word):
+            continue
+        parts = [p for p in _APOSTROPHE.split(word) if p]
+        if all(p in functions or p in _CLITICS for p in parts):
+            continue
+        if all(part in numbers for p in parts for part in p.split("-") if part):
+            continue
+        out.append((i - 1,))
+    return out
+
+
+def content_words(source: str, language: str | None) -> list[int]:
+    """The positions of ``source``'s content words (``content_units``; a phrase by its first)."""
+    return [unit[0] for unit in content_units(source, language)]
+
+
+def omitted_words(source: str, covered: Iterable[int], language: str | None, translation: str | None = None,
+                  target_language: str | None = None) -> list[int]:
+    """The positions of the content words of ``source`` (``content_units``: every word of a
+    phrase) none of whose words is in ``covered``, the positions of the source words some target
+    token attended to most: words the translation may have left out. With ``translation`` and a
+    function word list for ``target_language``, none unless the translation also has fewer
+    content words than the source: an attention maximum one word off ("born" -> "née"
+    attending to "on") then leaves no content word without its counterpart, and is not an
+    omission (measured: docs/measurements.md#omissions)."""
+    units = content_units(source, language)
+    seen = set(covered)
+    missing = [i for unit in units if not seen.intersection(unit) for i in unit]
+    if missing and translation is not None and function_words(target_language) is not None:
+        if len(content_units(translation, target_language)) >= len(units):
+            return []
+    return missing
+
+
+# Degenerate output: a block of at most LOOP_BLOCK words written LOOP_REPEATS times in a row (a
+# block of LOOP_LONG_BLOCK words or more: twice) that the source does not repeat as often.
+LOOP_BLOCK = 8
+LOOP_REPEATS = 3
+LOOP_LONG_BLOCK = 4
+# A translation whose words are nearly all the source's own (COPY_SHARE of them, at least
+# COPY_MIN_WORDS words with letters) copies the source instead of translating it.
+COPY_SHARE = 0.8
+COPY_MIN_WORDS = 3
+
+
+def _plain_words(text: str) -> list[str]:
+    return [w for w in (_EDGES.sub("", raw).lower() for raw in text.split()) if w]
+
+
+def longest_loop(words: Sequence[str]) -> tuple[int, int]:
+    """(block length n, times in a row k) of the most repeated block of ``words`` that counts as a
+    loop (k >= LOOP_REPEATS, or k >= 2 for n >= LOOP_LONG_BLOCK); (0, 0) when none."""
+    best = (0, 0)
+    size = len(words)
+    for n in range(1, min(LOOP_BLOCK, size // 2) + 1):
+        for start in range(size - 2 * n + 1):
+            k = 1
+            while start + (k + 1) * n <= size and words[start + k * n: start + (k + 1) * n] == words[start: start + n]:
+                k += 1
+            if (k >= LOOP_REPEATS or (k >= 2 and n >= LOOP_LONG_BLOCK)) and k * n > best[0] * best[1]:
+                best = (n, k)
+    return best
+
+
+def degenerate(source: str, translation: str) -> str:
+    """"" or how ``translation`` is degenerate: a loop ("the words 'six' come 4 times in a row")
+    the source does not have, or a copy of the source ("it copies the source")."""
+    target = _plain_words(translation)
+    n, k = longest_loop(target)
+    if k:
+        _, source_k = longest_loop(_plain_words(source))
+        if k > source_k:
+            block = " ".join(_loop_block(target, n, k))
+            return f"the words '{block}' come {k} times in a row"
+    words = [w for w in target if any(ch.isalpha() for ch in w)]
+    source_words = set(_plain_words(source))
+    if len(words) >= COPY_MIN_WORDS and sum(w in source_words for w in words) >= COPY_SHARE * len(words):
+        return "it copies the source"
+    return ""
+
+
+def _loop_block(words: Sequence[str], n: int, k: int) -> Sequence[str]:
+    for start in range(len(words) - k * n + 1):
+        if all(words[start + j * n: start + (j + 1) * n] == words[start: start + n] for j in range(k)):
+            return words[start: start + n]
+    return words[:n]
+
+
 def warning(source: str, translation: str, source_language: str | None = None, target_language: str | None = None,
             length_ratio: float = 0.0, score: float | None = None, score_floor: float = 0.0,
-            terms: Sequence[Sequence[str]] = ()) -> str:
+            terms: Sequence[Sequence[str]] = (), omitted: Sequence[int] = ()) -> str:
     """"" when nothing suggests the translation leaves part of ``source`` out or is wrong; else why
     it may ("may be incomplete: ...", "may be wrong: ...").
 
     ``length_ratio``: the model's usual target / source length in characters (0: unknown, the
     length is not checked); ``score`` the translation's score and ``score_floor`` the model's
     floor (``usual_score_floor``; 0: not checked); ``terms``: the terms the request asked for
-    (``missing_terms``)."""
+    (``missing_terms``); ``omitted``: the positions of source words no target word attended to
+    (``omitted_words``; needs the decoder's alignments)."""
     if not source.strip():
         return ""
-    unsure = ""
+    wrong = []
     if score is not None and score_floor < 0 and score < score_floor:
-        unsure = f"may be wrong: the model is unsure of it (score {score:.2f}, under this model's floor of {score_floor:.2f})"
+        wrong.append(f"the model is unsure of it (score {score:.2f}, under this model's floor of {score_floor:.2f})")
+    odd = degenerate(source, translation)
+    if odd:
+        wrong.append(odd)
+    unsure = "may be wrong: " + "; ".join(wrong) if wrong else ""
     lost = missing_numbers(source, translation, source_language, target_language)
     reasons = [lost] if lost else []
     reasons += [f"the term '{term}' is missing" for term in missing_terms(translation, terms)]
+    if omitted:
+        words = source.split()
+        named = ", ".join(f"'{_EDGES.sub('', words[i])}'" for i in omitted if 0 <= i < len(words))
+        reasons.append(f"no word of the translation stands for {named}")
     if length_ratio > 0 and len(source) >= MIN_CHARS_FOR_LENGTH:
         ratio = len(translation) / len(source)
         if ratio < SHORT_FACTOR * length_ratio:

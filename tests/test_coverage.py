@@ -7,7 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from nmtserve.coverage import mentions, number_words, usual_length_ratio, warning
+from nmtserve.coverage import (
+    mentions,
+    missing_numbers,
+    number_values,
+    number_words,
+    usual_length_ratio,
+    warning,
+)
 
 RATIO = 1.1  # about en -> fr
 
@@ -43,11 +50,17 @@ def test_a_complete_translation_passes(source, translation):
     assert warning(source, translation, "en", "fr", RATIO) == ""
 
 
-def test_digits_written_as_words_are_the_false_flag_it_accepts():
-    # The digit rule compares digits: a model that writes "3" as "trois" is flagged (the demo keeps
-    # digits as digits; the false-flag rate on real output is measured by bench/omission.py).
-    assert warning("I have 3 apples", "j'ai trois pommes", "en", "fr", RATIO) == (
-        "may be incomplete: digits of the source are missing (3)")
+def test_numbers_compare_by_value_in_digits_or_words():
+    # "3" written "trois" is the same number; a number word that changes the value is named.
+    assert warning("I have 3 apples", "j'ai trois pommes", "en", "fr", RATIO) == ""
+    assert missing_numbers("We have three hundred seventy-five yellow cats.", "Nous avons cent soixante-quinze chats jaunes.",
+                           "en", "fr") == "the source's number 'three hundred seventy-five' is not in the translation"
+    assert missing_numbers("Twenty-three thousand eight hundred ninety-four and six",
+                           "Vingt-trois mille huit cent quatre-vingt-quatorze", "en", "fr") == (
+        "the source's number 'six' is not in the translation")
+    assert missing_numbers("fifty-one bottles at 7:00, 12,000 euros", "cinquante et une bouteilles à 7 h, 12 000 euros",
+                           "en", "fr") == ""
+    assert number_values("quatre-vingt mille deux cents", "fr") == [(80200, "quatre-vingt mille deux cents")]
 
 
 def test_without_a_length_ratio_or_languages_only_what_can_be_checked_is():
@@ -75,7 +88,7 @@ def test_a_score_far_under_the_models_usual_is_flagged_as_maybe_wrong():
     assert warning("hello", "bonjour", "en", "fr", RATIO, score=-0.1, score_floor=-0.4) == ""
     assert warning("hello", "bonjour", "en", "fr", RATIO, score=-5.0) == ""  # no floor measured
     both = warning("We have 7 cats.", "Nous avons.", "en", "fr", 0.0, score=-1.0, score_floor=-0.4)
-    assert both.startswith("may be incomplete: digits") and "; may be wrong: " in both
+    assert both.startswith("may be incomplete: the source's number '7'") and "; may be wrong: " in both
 
 
 def test_the_floor_is_three_times_the_first_percentile_of_held_out_scores():
@@ -84,3 +97,58 @@ def test_the_floor_is_three_times_the_first_percentile_of_held_out_scores():
     scores = [-0.1] * 95 + [-0.2] * 4 + [-0.3]
     assert usual_score_floor(scores) == -0.6  # 1st percentile: -0.2
     assert usual_score_floor([-0.1] * 10) == 0.0  # too few to say
+
+
+# -- omissions by alignment and degenerate output (issue 48) -----------------------------------
+
+def test_content_words_leave_out_function_words_numbers_tags_and_punctuation():
+    from nmtserve.coverage import content_words
+
+    #            0  1   2            3        4       5  6
+    source = "I see fifty-three elegant tables. <b> 7:45"
+    assert content_words(source, "en") == [1, 3, 4]
+    assert content_words("I'm not at home, don't go {1}", "en") == [1, 3, 4, 5]  # negations stay
+    assert content_words("Ich sehe drei Tische.", "xx") == []  # no list for the language: no check
+
+
+def test_a_content_word_nothing_attended_to_is_named_and_flagged():
+    from nmtserve.coverage import omitted_words
+
+    source, translation = "I see fifty-three elegant tables.", "Je vois cinquante-trois tables."
+    omitted = omitted_words(source, {0, 1, 2, 4}, "en", translation, "fr")
+    assert omitted == [3]
+    assert warning(source, translation, "en", "fr", RATIO, omitted=omitted) == (
+        "may be incomplete: no word of the translation stands for 'elegant'")
+    # Attended to: nothing missing.
+    assert omitted_words(source, {1, 3, 4}, "en", translation, "fr") == []
+
+
+def test_an_attention_maximum_one_word_off_is_no_omission_when_every_content_word_has_a_counterpart():
+    from nmtserve.coverage import omitted_words
+
+    # "née" attends to "on", so nothing attends to "born"; but the translation has as many
+    # content words as the source (née, septembre): no word is missing.
+    source, translation = "She was born on September 5, 1990.", "Elle est née le 5 septembre 1990."
+    assert omitted_words(source, {0, 3, 4}, "en") == [2]
+    assert omitted_words(source, {0, 3, 4}, "en", translation, "fr") == []
+
+
+@pytest.mark.parametrize(("translation", "says"), [
+    ("Le train part à 7 h 45. six. six. six. six.", "may be wrong: the words 'six' come 4 times in a row"),
+    ("Le train part à 7 h 45 le train part à 7 h 45", "may be wrong: the words 'le train part à 7 h 45' come 2 times"),
+    ("The train leaves at 7:45.", "may be wrong: it copies the source"),
+])
+def test_degenerate_output_is_flagged(translation, says):
+    assert warning("The train leaves at 7:45.", translation, "en", "fr", RATIO).startswith(says)
+
+
+@pytest.mark.parametrize(("source", "translation"), [
+    ("It is very very very cold.", "Il fait très très très froid."),  # the source repeats as often
+    ("I have three red apples.", "J'ai trois pommes rouges."),
+    ("Paris 2024", "Paris 2024"),  # too few words to call a copy
+    ("The score is 0 0 0.", "Le score est 0 0 0."),
+])
+def test_repetition_the_source_has_and_short_copies_pass(source, translation):
+    from nmtserve.coverage import degenerate
+
+    assert degenerate(source, translation) == ""

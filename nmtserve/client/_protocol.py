@@ -60,6 +60,14 @@ class Translation:
     (source word, target word) pairs, each counted from 0 in the whitespace-separated words of
     the input and of ``text`` (every target word once, aligned to the source word the decoder
     attended to most; the contract's ``ALIGNMENT``). None when not asked for.
+
+    With ``confidence=True``: ``confidence`` is the model's own confidence in the translation,
+    its tokens' geometric mean probability (0..1; under ``nmtserve.confidence.LOW_CONFIDENCE``,
+    0.3, a translation is likely wrong), and ``word_confidence`` one probability per
+    whitespace-separated word of ``text``, its least likely piece's (``low_confidence_words``
+    lists the words under 0.3). With ``alignment=True`` too, ``missing_words`` are the positions
+    of the input's content words no word of the translation attended to (words it may have left
+    out; a hint, not a verdict: docs/measurements.md#omissions). None when not asked for.
     """
 
     text: str
@@ -68,6 +76,16 @@ class Translation:
     error: TranslationError | None = None
     warning: str = ""
     alignment: list[tuple[int, int]] | None = None
+    confidence: float | None = None
+    word_confidence: list[float] | None = None
+    missing_words: list[int] | None = None
+
+    @property
+    def low_confidence_words(self) -> list[int]:
+        """The positions of the words of ``text`` under ``LOW_CONFIDENCE`` ([] when not asked for)."""
+        from ..confidence import LOW_CONFIDENCE
+
+        return [i for i, c in enumerate(self.word_confidence or ()) if c < LOW_CONFIDENCE]
 
     @property
     def ok(self) -> bool:
@@ -102,6 +120,9 @@ class Options:
     all_hypotheses: bool = False
     # True: each translation's word alignment (Translation.alignment; the server's ALIGN).
     alignment: bool = False
+    # True: the model's confidence per translation and per word (Translation.confidence,
+    # .word_confidence; the server's CONFIDENCE).
+    confidence: bool = False
     # Repetition controls (docs/contract.md#repetition-controls), None / False / (): the server's
     # default (off): transformers' no_repeat_ngram_size and repetition_penalty; CTranslate2's
     # min_decoding_length (``min_length``), disable_unk and suppress_sequences (target token ids).
@@ -122,6 +143,8 @@ class Options:
     def __post_init__(self) -> None:
         if not isinstance(self.alignment, bool):
             raise InvalidInputError(f"alignment must be True or False, got {self.alignment!r}")
+        if not isinstance(self.confidence, bool):
+            raise InvalidInputError(f"confidence must be True or False, got {self.confidence!r}")
         if not isinstance(self.split_sentences, bool):
             raise InvalidInputError(f"split_sentences must be True or False, got {self.split_sentences!r}")
         if not isinstance(self.all_hypotheses, bool):
@@ -239,6 +262,7 @@ class TranslateArgs(_CallArgs, total=False):
     num_hypotheses: int
     all_hypotheses: bool
     alignment: bool
+    confidence: bool
     no_repeat_ngram_size: int | None
     repetition_penalty: float | None
     min_length: int | None
@@ -357,6 +381,11 @@ def encode_request(texts: Sequence[bytes], options: Options, indices: Sequence[i
     if options.alignment:
         inputs.append((C.INPUT_ALIGN, np.array([True]), "BOOL"))
         outputs.append(C.OUTPUT_ALIGNMENT)
+    if options.confidence:
+        inputs.append((C.INPUT_CONFIDENCE, np.array([True]), "BOOL"))
+        outputs += [C.OUTPUT_SENTENCE_CONFIDENCE, C.OUTPUT_WORD_CONFIDENCE]
+        if options.alignment:
+            outputs.append(C.OUTPUT_MISSING_WORDS)
     if options.nbest:
         outputs += [C.OUTPUT_NBEST_TRANSLATION, C.OUTPUT_NBEST_SCORE]
     return Request(tuple(inputs), tuple(outputs), (C.OUTPUT_WARNING,))
@@ -444,9 +473,17 @@ def decode_response(result: InferResult, count: int, options: Options,
     alignments: list[list[tuple[int, int]] | None] = [None] * count
     if options.alignment:
         alignments = [_alignment(a) for a in _output(result, C.OUTPUT_ALIGNMENT, (count,))]
+    quality: list[dict[str, Any]] = [{} for _ in range(count)]
+    if options.confidence:
+        sentence = _output(result, C.OUTPUT_SENTENCE_CONFIDENCE, (count,))
+        words = _output(result, C.OUTPUT_WORD_CONFIDENCE, (count,))
+        missing = _output(result, C.OUTPUT_MISSING_WORDS, (count,)) if options.alignment else [None] * count
+        quality = [{"confidence": float(c), "word_confidence": _numbers(w, float, C.OUTPUT_WORD_CONFIDENCE),
+                    "missing_words": None if m is None else _numbers(m, int, C.OUTPUT_MISSING_WORDS)}
+                   for c, w, m in zip(sentence, words, missing, strict=True)]
     if not options.nbest:
-        return [Translation(_text(t), s, warning=w, alignment=a)
-                for t, s, w, a in zip(texts, scores, warnings, alignments, strict=True)]
+        return [Translation(_text(t), s, warning=w, alignment=a, **q)
+                for t, s, w, a, q in zip(texts, scores, warnings, alignments, quality, strict=True)]
     k = options.num_hypotheses
     nbest_texts = _output(result, C.OUTPUT_NBEST_TRANSLATION, (count, k))
     nbest_scores = _output(result, C.OUTPUT_NBEST_SCORE, (count, k))
@@ -460,10 +497,19 @@ def decode_response(result: InferResult, count: int, options: Options,
                        source.decode("utf-8", "replace"), options),
             warning=w,
             alignment=a,
+            **q,
         )
-        for t, s, row_t, row_s, w, source, a in zip(texts, scores, nbest_texts, nbest_scores, warnings, sources,
-                                                    alignments, strict=True)
+        for t, s, row_t, row_s, w, source, a, q in zip(texts, scores, nbest_texts, nbest_scores, warnings, sources,
+                                                       alignments, quality, strict=True)
     ]
+
+
+def _numbers(value: Any, kind: type, name: str) -> list:
+    """A space-separated list of numbers of one output element; ServerError when it is not one."""
+    try:
+        return [kind(x) for x in _text(value).split()]
+    except ValueError:
+        raise ServerError(f"the server's {name} is not a list of numbers: {_text(value)[:80]!r}") from None
 
 
 def _alignment(value: Any) -> list[tuple[int, int]]:

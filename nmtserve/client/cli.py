@@ -142,6 +142,11 @@ def format_line(source: str, translation: Translation, as_json: bool) -> str:
         record["warning"] = translation.warning
     if translation.alignment is not None:
         record["alignment"] = [list(pair) for pair in translation.alignment]
+    if translation.confidence is not None:
+        record["confidence"] = round(translation.confidence, 4)
+        record["word_confidence"] = translation.word_confidence
+    if translation.missing_words is not None:
+        record["missing_words"] = translation.missing_words
     if translation.hypotheses is not None:
         record["nbest"] = [
             {"translation": h.text, "score": h.score} for h in translation.hypotheses
@@ -190,6 +195,8 @@ def _options(args: argparse.Namespace) -> tuple[Options, dict[str, Any]]:
         raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout}")
     if (getattr(args, "output", None) or getattr(args, "format", None)) and not getattr(args, "document", False):
         raise UsageError("--output and --format are for --document (a whole document or file)")
+    if getattr(args, "confidence", False) and not args.json:
+        raise UsageError("--confidence writes each line's confidence into its --json record: add --json")
     if getattr(args, "align", False) and not args.json and not getattr(args, "document", False):
         raise UsageError("--align writes each line's alignment into its --json record: add --json")
     try:
@@ -200,6 +207,7 @@ def _options(args: argparse.Namespace) -> tuple[Options, dict[str, Any]]:
                           # --all-hypotheses (nmtserve/cli.py): the n-best unfiltered
                           bool(getattr(args, "all_hypotheses", False)),
                           alignment=bool(getattr(args, "align", False)),
+                          confidence=bool(getattr(args, "confidence", False)),
                           no_repeat_ngram_size=getattr(args, "no_repeat_ngram_size", None),
                           repetition_penalty=getattr(args, "repetition_penalty", None),
                           min_length=getattr(args, "min_length", None),
@@ -403,8 +411,8 @@ def list_languages(args: argparse.Namespace, stdout: TextIO | None = None, stder
 def _translate_document(
     translator: Translator, options: Options, args: argparse.Namespace, stdin: TextIO, stdout: TextIO
 ) -> int:
-    if options.nbest or args.json or options.target_prefix is not None or options.alignment:
-        raise UsageError("--document writes the translated document: --nbest, --json, --align and --target-prefix "
+    if options.nbest or args.json or options.target_prefix is not None or options.alignment or options.confidence:
+        raise UsageError("--document writes the translated document: --nbest, --json, --align, --confidence and --target-prefix "
                          "do not apply")
     if (options.no_repeat_ngram_size, options.repetition_penalty, options.min_length) != (None, None, None) or \
             options.disable_unk or options.suppress_sequences or options.glossary:

@@ -155,6 +155,9 @@ class SearchOptions:
     # Each hypothesis' source position per generated token (``Hypothesis.alignment``): the step's
     # ``attention`` (the decoder's cross-attention, argmax over the source) carried with the beams.
     alignment: bool = False
+    # Each hypothesis' log-probability per generated token (``Hypothesis.token_logprobs``): the
+    # running score after each step carried with the beams, its differences taken at the end.
+    confidence: bool = False
     rule: str = "transformers"  # RULES
     # Repetition controls (the module's text): transformers' ``no_repeat_ngram_size`` (0: off) and
     # ``repetition_penalty`` (1.0: off), CTranslate2's ``suppress_sequences`` (token ids).
@@ -232,6 +235,9 @@ class Hypothesis:
     # With ``SearchOptions.alignment``: per generated token, the source position the decoder
     # attended to most when it chose that token (its step's ``attention`` argmax).
     alignment: list[int] | None = None
+    # With ``SearchOptions.confidence``: per generated token, the log-probability the search added
+    # for it (the step's, after any repetition control; 0 for a forced prefix token).
+    token_logprobs: list[float] | None = None
     # A sentence with terminology constraints (``BeamBatch.add``): how many this hypothesis met
     # (all, unless the length limit ended it first); None without constraints.
     constraints_met: int | None = None
@@ -287,7 +293,7 @@ def _topk_desc(scores: np.ndarray, k: int) -> np.ndarray:
 _EARLY_STOPPING = {False: 0, True: 1, "never": 2}
 _ROW_ARRAYS = ("scores", "tokens", "parents", "t", "max_len", "min_len", "penalty", "stopping",
                "pool_size", "pool_capacity", "pool_worst", "done", "sequences", "forced", "n_forced", "prompt",
-               "aligned", "align", "rule", "top_finished",
+               "aligned", "align", "cumulative", "confident", "rule", "top_finished",
                "no_repeat", "repetition", "suppress", "loop_repeats", "loop_ngram", "constrained")
 
 
@@ -327,6 +333,8 @@ class BeamBatch:
     prompt: np.ndarray
     aligned: np.ndarray  # (capacity, K, T): each beam's source position per token (rows with ``align``)
     align: np.ndarray  # (capacity,) bool: the row's options ask for alignments
+    cumulative: np.ndarray  # (capacity, K, T): each beam's running score after each token (rows with ``confident``)
+    confident: np.ndarray  # (capacity,) bool: the row's options ask for token log-probabilities
     rule: np.ndarray  # (capacity,) int8: the row's RULES index
     top_finished: np.ndarray  # (capacity,) bool: "opennmt": this step's best candidate ended in EOS
     # The repetition controls (SearchOptions): n-gram size, penalty, the row's suppressed
@@ -358,6 +366,7 @@ class BeamBatch:
         self.terms: list[tuple[Constraint, ...]] = []
         self.progress: list[list[Progress]] = []
         self._controls = self._loops = False
+        self._confidence = False  # whether any row ever asked for token log-probabilities
         # Sentence-steps on ``Candidates`` where a control's result could not be shown to equal the
         # full-vocabulary search's (the module's text); the known candidates were ranked.
         self.inexact_steps = 0
@@ -376,6 +385,7 @@ class BeamBatch:
             "forced": np.zeros((capacity, t), np.int32), "n_forced": np.zeros(capacity, np.int64),
             "prompt": np.zeros(capacity, np.int64),
             "aligned": np.zeros((capacity, k, t), np.int16), "align": np.zeros(capacity, bool),
+            "cumulative": np.zeros((capacity, k, t)), "confident": np.zeros(capacity, bool),
             "rule": np.zeros(capacity, np.int8), "top_finished": np.zeros(capacity, bool),
             "no_repeat": np.zeros(capacity, np.int64), "repetition": np.ones(capacity),
             "suppress": np.zeros(capacity, np.int64), "loop_repeats": np.zeros(capacity, np.int64),
@@ -424,6 +434,8 @@ class BeamBatch:
         self.penalty[row] = options.length_penalty
         self.stopping[row] = _EARLY_STOPPING[True if options.rule == "fairseq" else options.early_stopping]
         self.align[row], self.rule[row], self.top_finished[row] = options.alignment, rule, False
+        self.confident[row] = options.confidence
+        self._confidence |= options.confidence
         # "opennmt": done once a step's best candidate finished and num_hypotheses have (the pool
         # keeps the best K, so its best num_hypotheses are the toolkit's).
         capacity = options.num_hypotheses if options.rule == "opennmt" else options.n_finished
@@ -489,6 +501,7 @@ class BeamBatch:
             return
         before = {int(r): (self.scores[r].copy(), self.sequences[r, :, : int(self.t[r])].copy(), int(self.t[r]))
                   for r in constrained}
+        totals_before = {int(r): self.cumulative[r, :, : int(self.t[r])].copy() for r in constrained if self.confident[r]}
         scores = self.scores[:b]
         no_eos = self.t[:b] < self.min_len[:b]  # below min_length, EOS has probability 0
         controlled = self._controlled_rows()
@@ -538,7 +551,7 @@ class BeamBatch:
         self._apply(top_beam, top_token, top_scores)
         for row, state in before.items():  # their step again, by dynamic beam allocation
             assert isinstance(log_probs, np.ndarray)  # checked above: constrained rows come with every token
-            self._advance_constrained(row, log_probs[row], *state)
+            self._advance_constrained(row, log_probs[row], *state, totals=totals_before.get(row))
 
     def _force(self, rows: np.ndarray, top_beam: np.ndarray, top_token: np.ndarray, top_scores: np.ndarray) -> None:
         """Rows still in their prefix: every beam continues itself with the forced token and its
@@ -588,6 +601,9 @@ class BeamBatch:
         if self._attention is not None:
             self.aligned[:b, :, :width] = self.aligned[:b, :, :width][rows, parents]
             self.aligned[rows[:, 0], :, t] = self._attention[rows, parents]
+        if self._confidence:
+            self.cumulative[:b, :, :width] = self.cumulative[:b, :, :width][rows, parents]
+            self.cumulative[rows[:, 0], :, t] = scores
         self.tokens[:b], self.parents[:b], self.scores[:b], self.t[:b] = tokens, parents, scores, gen_len
         self.top_finished[:b] = is_eos[:, 0] & (top_scores[:, 0] > -np.inf)
         self.done[:b] = at_max | self._cannot_improve(scores[:, 0], counted)
@@ -605,11 +621,12 @@ class BeamBatch:
         return bool(self._eos_forced().any() or self.constrained[: self.size].any())
 
     def _advance_constrained(self, row: int, log_probs: np.ndarray, scores: np.ndarray, sequences: np.ndarray,
-                             t: int) -> None:
+                             t: int, totals: np.ndarray | None = None) -> None:
         """One step of a constrained row from its state before the step (``scores`` (K,),
         ``sequences`` (K, t)) and its log-probs (K, V) with the step's bans applied: the beam is
         shared out by dynamic beam allocation (``constraints.allocate``); EOS only once every
-        term is met; at the length limit every chosen candidate ends as it is."""
+        term is met; at the length limit every chosen candidate ends as it is. ``totals``: each
+        beam's running scores before the step, for a row that asked for token log-probabilities."""
         k, eos, terms = self.k, self.eos_id, self.terms[row]
         gen_len = t + 1
         counted = max(gen_len - int(self.prompt[row]), 1)
@@ -625,14 +642,19 @@ class BeamBatch:
             if cand.token == eos or at_max:
                 if cand.progress.met != everything and met_done:
                     continue  # a translation with every term is already there
+                logprobs = None if totals is None else np.diff(np.append(totals[cand.beam], cand.score),
+                                                                     prepend=0.0).tolist()
                 pool.add(Hypothesis([*sequences[cand.beam].tolist(), cand.token], cand.score / float(counted) ** penalty,
-                                    cand.score, None, cand.progress.count()))
+                                    cand.score, None, token_logprobs=logprobs, constraints_met=cand.progress.count()))
             else:
                 running.append(cand)
         dead = k - len(running)
         parents = [c.beam for c in running] + [0] * dead
         self.sequences[row, :, :t] = sequences[parents]
         self.sequences[row, :, t] = [c.token for c in running] + [eos] * dead
+        if totals is not None:
+            self.cumulative[row, :, :t] = totals[parents]
+            self.cumulative[row, :, t] = [c.score for c in running] + [-np.inf] * dead
         self.tokens[row] = self.sequences[row, :, t]
         self.parents[row] = parents
         self.scores[row] = [c.score for c in running] + [-np.inf] * dead
@@ -660,8 +682,16 @@ class BeamBatch:
             t = int(self.t[row])
             alignment = [*self.aligned[row, beam, :t].tolist(), int(self._attention[row, beam])]
         pool.add(Hypothesis([*self.prefix(row, beam), token], score / float(counted) ** float(self.penalty[row]), score,
-                            alignment))
+                            alignment, self._token_logprobs(row, beam, score)))
         self.pool_size[row], self.pool_worst[row] = len(pool.hyps), pool.worst()
+
+    def _token_logprobs(self, row: int, beam: int, score: float) -> list[float] | None:
+        """A hypothesis ending at this step from ``beam`` with running ``score``: its tokens'
+        log-probabilities (the differences of its running scores); None unless the row asked."""
+        if not self.confident[row]:
+            return None
+        totals = np.append(self.cumulative[row, beam, : int(self.t[row])], score)
+        return np.diff(totals, prepend=0.0).tolist()
 
     def _advance_few(self, candidates: Candidates) -> None:
         """``advance`` + ``_apply`` for a few rows, row by row on Python numbers: the same ranking
@@ -721,6 +751,9 @@ class BeamBatch:
             if self._attention is not None:
                 self.aligned[row, :, :width] = self.aligned[row, parents, :width]
                 self.aligned[row, :, t] = self._attention[row, parents]
+            if self._confidence:
+                self.cumulative[row, :, :width] = self.cumulative[row, parents, :width]
+                self.cumulative[row, :, t] = scores
             self.tokens[row], self.parents[row], self.scores[row], self.t[row] = tokens, parents, scores, gen_len
             self.top_finished[row] = bool(top_token) and ends[0] and top_scores[0] > -inf
             self.done[row] = at_max or self._cannot_improve_one(row, scores[0], counted)

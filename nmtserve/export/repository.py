@@ -177,13 +177,14 @@ def _ensemble(name: str, params: dict[str, str], sfx: str = "", multilingual: bo
     tokenize_inputs = c.MULTILINGUAL_TOKENIZE_INPUTS if multilingual else c.TOKENIZE_INPUTS
     sources = [t.name for t in (*c.SOURCE_TENSORS, *c.FORCED_TENSORS, *c.TERM_TENSORS)]
     layout = [t.name for t in c.LAYOUT_TENSORS]
-    internal = {n: n.lower() for n in (*sources, *layout, c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE, c.OUT_ALIGN)}
+    generated = (c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE, c.OUT_ALIGN, c.OUT_LOGPROB)
+    internal = {n: n.lower() for n in (*sources, *layout, *generated)}
     options = {n: n for n in c.OPTION_INPUTS}
     steps = [
         step("tokenize" + sfx, {t.name: t.name for t in tokenize_inputs}, {n: internal[n] for n in (*sources, *layout)}),
         step("generate" + sfx, {**{n: internal[n] for n in sources}, **options},
-             {n: internal[n] for n in (c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE, c.OUT_ALIGN)}),
-        step("detokenize" + sfx, {**{n: internal[n] for n in (c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE, c.OUT_ALIGN, *layout,
+             {n: internal[n] for n in generated}),
+        step("detokenize" + sfx, {**{n: internal[n] for n in (*generated, *layout,
                                                              c.SRC_IDS, c.SRC_LEN)}, c.TEXT: c.TEXT, c.TERMS: c.TERMS,
                                   **({t.name: t.name for t in c.LANGUAGES} if multilingual else {})},
              {t.name: t.name for t in c.TRANSLATE_OUTPUTS}),

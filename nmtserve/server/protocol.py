@@ -108,13 +108,15 @@ def parse_search_options(inputs: Mapping[str, np.ndarray | None], spec: ModelSpe
                          f"{c.LENGTH_PENALTY_LIMIT:g}], got {penalty}")
     early = parse_bool(c.EARLY_STOPPING, inputs.get(c.EARLY_STOPPING), default=False)
     align = parse_bool(c.ALIGN, inputs.get(c.ALIGN), default=False)
+    confidence = parse_bool(c.CONFIDENCE, inputs.get(c.CONFIDENCE), default=False)
     controls = _parse_controls(inputs, spec, max_length)
     if max_length is None:  # the export's length rule
         return spec.search_options(beam_size=beam, num_hypotheses=nbest, length_penalty=penalty, early_stopping=early,
-                                   alignment=align, **controls)
+                                   alignment=align, confidence=confidence, **controls)
     controls.setdefault("min_length", min(spec.min_length, max_length - 1))
     return spec.search_options(beam_size=beam, num_hypotheses=nbest, length_penalty=penalty, early_stopping=early,
-                               max_length=max_length, max_length_a=0.0, max_length_b=None, alignment=align, **controls)
+                               max_length=max_length, max_length_a=0.0, max_length_b=None, alignment=align,
+                               confidence=confidence, **controls)
 
 
 def _parse_controls(inputs: Mapping[str, np.ndarray | None], spec: ModelSpec, max_length: int | None) -> dict:
@@ -662,6 +664,64 @@ def alignments(tokenizer, src: np.ndarray | None, src_len: np.ndarray | None, id
     return out
 
 
+@dataclass
+class ElementQuality:
+    """What detokenize reads off one TEXT element's best translation beyond its text:
+    ``covered``, the source words some target token attended to (None without alignments);
+    ``words``, each target word's confidence and ``sentence``, the lowest of its sentences'
+    confidences (None and -1 without CONFIDENCE). Word positions count over the whole element."""
+
+    covered: set[int] | None
+    words: list[float] | None
+    sentence: float
+
+
+def qualities(tokenizer, src: np.ndarray | None, src_len: np.ndarray | None, ids: np.ndarray, lengths: np.ndarray,
+              align: np.ndarray | None, logprobs: np.ndarray | None, counts: np.ndarray | None,
+              gaps: np.ndarray | None) -> list[ElementQuality]:
+    """Per TEXT element, its ``ElementQuality`` (``nmtserve.confidence``), its sentences' word
+    positions shifted by the words before them as in ``alignments``; a word between sentences
+    (rare: the gaps hold whitespace) has confidence 1."""
+    from ..alignment import piece_words
+    from ..confidence import covered_words, sentence_confidence, word_confidences
+
+    m = ids.shape[0]
+    n = m if counts is None else counts.size
+    aligned = (align is not None and align.ndim == 3 and align.shape[:2] == ids.shape[:2] and align.shape[2] > 0
+               and src is not None and src_len is not None and src.shape[0] == m and src_len.shape == (m,)
+               and hasattr(tokenizer, "source_pieces"))
+    confident = (logprobs is not None and logprobs.ndim == 3 and logprobs.shape[:2] == ids.shape[:2]
+                 and logprobs.shape[2] > 0 and hasattr(tokenizer, "target_pieces"))
+    if not aligned and not confident:
+        return [ElementQuality(None, None, -1.0)] * n
+    spaces = [""] * (m + n) if gaps is None else _gap_texts(gaps)
+    per_element = [1] * m if counts is None else counts.tolist()
+    out = []
+    row = gap = 0
+    for count in per_element:
+        covered: set[int] = set()
+        words: list[float] = [1.0] * len(spaces[gap].split())
+        lowest = 1.0
+        s_off = len(spaces[gap].split())
+        for r in range(row, row + count):
+            n_ids = int(lengths[r, 0]) if lengths.shape[1] else 0
+            t_pieces = tokenizer.target_pieces(ids[r, 0, :n_ids].tolist())
+            between = len(spaces[gap + r - row + 1].split())
+            if aligned:
+                s_pieces = tokenizer.source_pieces(src[r, : int(src_len[r])].tolist())
+                covered |= {s_off + w for w in covered_words(s_pieces, t_pieces, align[r, 0, :n_ids].tolist())}
+                s_off += max(piece_words(s_pieces), default=-1) + 1 + between
+            if confident:
+                token_logprobs = logprobs[r, 0, :n_ids].astype(np.float64).tolist()
+                words += word_confidences(t_pieces, token_logprobs) + [1.0] * between
+                lowest = min(lowest, sentence_confidence(token_logprobs))
+        out.append(ElementQuality(covered if aligned else None, words if confident else None,
+                                  lowest if confident else -1.0))
+        row += count
+        gap += count + 1
+    return out
+
+
 def _prefix_ids(tokenizer, text: str, language: str | None) -> list[int]:
     """A target prefix's tokens, without the specials a target sentence carries."""
     if language is not None:  # a multilingual tokenizer: the text's pieces alone
@@ -696,11 +756,14 @@ def parse_prefixes(forced: np.ndarray | None, lengths: np.ndarray | None, prompt
 
 def results_to_arrays(results: Sequence[Sequence[Hypothesis]], k: int, pad_id: int) -> dict[str, np.ndarray]:
     """n-best lists -> OUT_IDS [n, k, T] (EOS kept; detokenize stops at it), OUT_LEN, OUT_SCORE,
-    OUT_ALIGN [n, k, T] (each token's source position; [n, k, 0] when no hypothesis has one)."""
+    OUT_ALIGN [n, k, T] (each token's source position; [n, k, 0] when no hypothesis has one),
+    OUT_LOGPROB [n, k, T] (each token's log-probability; [n, k, 0] when no hypothesis has them)."""
     n = len(results)
     width = max((len(h.tokens) for hyps in results for h in hyps), default=1) or 1
     aligned = any(h.alignment is not None for hyps in results for h in hyps)
     align = np.full((n, k, width if aligned else 0), -1, dtype=np.int32)
+    confident = any(h.token_logprobs is not None for hyps in results for h in hyps)
+    logprobs = np.zeros((n, k, width if confident else 0), dtype=np.float32)
     ids = np.full((n, k, width), pad_id, dtype=np.int32)
     lengths = np.zeros((n, k), dtype=np.int32)
     scores = np.full((n, k), -np.inf, dtype=np.float32)
@@ -712,7 +775,9 @@ def results_to_arrays(results: Sequence[Sequence[Hypothesis]], k: int, pad_id: i
             scores[i, j] = h.score
             if aligned and h.alignment is not None:
                 align[i, j, : len(h.alignment)] = h.alignment
-    return {c.OUT_IDS: ids, c.OUT_LEN: lengths, c.OUT_SCORE: scores, c.OUT_ALIGN: align}
+            if confident and h.token_logprobs is not None:
+                logprobs[i, j, : len(h.token_logprobs)] = h.token_logprobs
+    return {c.OUT_IDS: ids, c.OUT_LEN: lengths, c.OUT_SCORE: scores, c.OUT_ALIGN: align, c.OUT_LOGPROB: logprobs}
 
 
 def choose_pair(pairs: tuple[str, ...], source: str | None, target: str | None) -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import contract as c
+from ..confidence import format_confidences
 from ..decoding.search import SearchOptions
 from . import drain as drain_handshake
 from . import stub
@@ -41,6 +42,7 @@ from .protocol import (
     parse_sources,
     parse_split,
     parse_terms,
+    qualities,
     results_to_arrays,
     tokenize_request,
 )
@@ -154,17 +156,25 @@ class DetokenizeModel:
                 lowest = _lowest_per_element(best, counts)
                 gaps = stub.input_array(request, c.GAPS)
                 texts, scores = join_pieces(texts, scores, counts, gaps)
-                aligned = alignments(self.tokenizer, stub.input_array(request, c.SRC_IDS),
-                                     stub.input_array(request, c.SRC_LEN), ids, lengths,
-                                     stub.input_array(request, c.OUT_ALIGN), counts, gaps)
+                src, src_len = stub.input_array(request, c.SRC_IDS), stub.input_array(request, c.SRC_LEN)
+                align = stub.input_array(request, c.OUT_ALIGN)
+                aligned = alignments(self.tokenizer, src, src_len, ids, lengths, align, counts, gaps)
+                quality = qualities(self.tokenizer, src, src_len, ids, lengths, align,
+                                    stub.input_array(request, c.OUT_LOGPROB), counts, gaps)
             except InputError as exc:
                 out.append(pb_utils.InferenceResponse(error=stub.error(str(exc))))
                 continue
             cuts = stub.input_array(request, c.CUTS)
             if cuts is None or cuts.shape != (texts.shape[0],):
                 cuts = np.zeros(texts.shape[0], dtype=np.int32)
+            warnings, missing = self._warnings(request, texts[:, 0], lowest, quality)
             out.append(pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.Tensor(c.WARNING, self._warnings(request, texts[:, 0], lowest)),
+                pb_utils.Tensor(c.WARNING, warnings),
+                pb_utils.Tensor(c.MISSING_WORDS, missing),
+                pb_utils.Tensor(c.SENTENCE_CONFIDENCE, np.array([q.sentence for q in quality], dtype=np.float32)),
+                pb_utils.Tensor(c.WORD_CONFIDENCE, np.array(
+                    [b"" if q.words is None else format_confidences(q.words).encode() for q in quality],
+                    dtype=np.object_)),
                 pb_utils.Tensor(c.TRANSLATION, texts[:, 0].copy()),
                 pb_utils.Tensor(c.SCORE, scores[:, 0].copy()),
                 pb_utils.Tensor(c.NBEST_TRANSLATION, texts),
@@ -174,23 +184,27 @@ class DetokenizeModel:
             ]))
         return out
 
-    def _warnings(self, request, translations: np.ndarray, lowest: np.ndarray) -> np.ndarray:
-        """WARNING [n]: per element, "" or why its translation may leave part of TEXT out or be
-        wrong (nmtserve.coverage; ``lowest``: the lowest score of its sentences; a term of TERMS
-        none of whose renderings is in it); all "" when the request's TEXT did not come along."""
-        from ..coverage import warning
+    def _warnings(self, request, translations: np.ndarray, lowest: np.ndarray,
+                  quality: list) -> tuple[np.ndarray, np.ndarray]:
+        """WARNING [n] and MISSING_WORDS [n]: per element, "" or why its translation may leave part
+        of TEXT out or be wrong (nmtserve.coverage; ``lowest``: the lowest score of its sentences;
+        a term of TERMS none of whose renderings is in it; ``quality``: protocol.qualities, whose
+        covered source words give the content words no target token attended to, listed in
+        MISSING_WORDS); all "" when the request's TEXT did not come along."""
+        from ..coverage import omitted_words, warning
         from ..languages import describe
 
         n = translations.shape[0]
         out = np.full(n, b"", dtype=np.object_)
+        missing = np.full(n, b"", dtype=np.object_)
         try:  # tokenize refused what these readers refuse: a request that got here reads
             sources = decode_texts(stub.input_array(request, c.TEXT))
             given = [decode_strings(c.SOURCE_LANG, stub.input_array(request, c.SOURCE_LANG), n, per_sentence=False),
                      decode_strings(c.TARGET_LANG, stub.input_array(request, c.TARGET_LANG), n, per_sentence=True)]
         except InputError:  # no TEXT: a caller of detokenize with its own ids
-            return out
+            return out, missing
         if len(sources) != n:
-            return out
+            return out, missing
         try:  # tokenize refused bad terms; a caller of detokenize with its own gets no term check
             terms = parse_terms(stub.input_array(request, c.TERMS), n)
         except InputError:
@@ -200,9 +214,15 @@ class DetokenizeModel:
         source_langs, target_langs = ([iso[code] for code in side] if side else [default] * n
                                       for side, default in zip(given, self.pair, strict=True))
         for i, (source, translation) in enumerate(zip(sources, translations.tolist(), strict=True)):
-            out[i] = warning(source, translation.decode("utf-8"), source_langs[i], target_langs[i], self.length_ratio,
+            covered = quality[i].covered
+            text = translation.decode("utf-8")
+            omitted = [] if covered is None else omitted_words(source, covered, source_langs[i], text, target_langs[i])
+            missing[i] = " ".join(map(str, omitted)).encode()
+            # The omitted words are named in MISSING_WORDS only: they are not in WARNING (nor its
+            # exit status) until the check meets its targets (docs/measurements.md#omissions).
+            out[i] = warning(source, text, source_langs[i], target_langs[i], self.length_ratio,
                              float(lowest[i]), self.score_floor, terms[i] if terms else ()).encode("utf-8")
-        return out
+        return out, missing
 
 
 def _lowest_per_element(scores: np.ndarray, counts: np.ndarray | None) -> np.ndarray:
