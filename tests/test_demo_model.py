@@ -40,7 +40,7 @@ def test_no_input_gets_an_empty_translation_and_no_lost_number_goes_unflagged(ev
     from nmtserve.model.evaluate import drops_a_number
 
     assert [e["empty"] for e in _entries(evaluated)] == [0] * 4
-    # The demo still drops a number now and then (eval.json counts them: 0 / 3 / 7 / 0 of 3,300);
+    # The demo still drops a number now and then (eval.json counts them by value: 0 / 8 / 10 / 0 of 3,300);
     # the served WARNING's number rule (no length or score needed) flags every one of them.
     for name in ("test", *SETS):
         entry = evaluated if name == "test" else evaluated[name]

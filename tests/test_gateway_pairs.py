@@ -90,7 +90,11 @@ def test_the_curl_commands_of_libretranslates_documentation(gateway, direct, com
     out = subprocess.run(["bash", "-c", command.replace(host, gateway.url)], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == {"translatedText": spanish(direct, "Hello")}
+    answer = json.loads(out.stdout)
+    want = direct.translate("Hello", source_lang="en", target_lang="es")
+    # The en-es model is random: it loops on one word, and the answer says so (our extension).
+    assert want.warning and "times in a row" in want.warning
+    assert answer == {"translatedText": want.text, "warning": want.warning}
 
 
 # -- the page, in a real browser

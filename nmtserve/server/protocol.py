@@ -707,11 +707,11 @@ def qualities(tokenizer, src: np.ndarray | None, src_len: np.ndarray | None, ids
             n_ids = int(lengths[r, 0]) if lengths.shape[1] else 0
             t_pieces = tokenizer.target_pieces(ids[r, 0, :n_ids].tolist())
             between = len(spaces[gap + r - row + 1].split())
-            if aligned:
+            if aligned and src is not None and src_len is not None and align is not None:
                 s_pieces = tokenizer.source_pieces(src[r, : int(src_len[r])].tolist())
                 covered |= {s_off + w for w in covered_words(s_pieces, t_pieces, align[r, 0, :n_ids].tolist())}
                 s_off += max(piece_words(s_pieces), default=-1) + 1 + between
-            if confident:
+            if confident and logprobs is not None:
                 token_logprobs = logprobs[r, 0, :n_ids].astype(np.float64).tolist()
                 words += word_confidences(t_pieces, token_logprobs) + [1.0] * between
                 lowest = min(lowest, sentence_confidence(token_logprobs))
