@@ -18,8 +18,8 @@ The sets:
   their noun ("I see fifty-three elegant tables."): real decodes; the demo drops the adjective,
   so every translation that lacks it loses content.
 * ``dropped``: exact translations of ``test.en`` with one word taken out of the translation
-  (not a function word, a digit or a one-letter word; a number word may be: "deux cent" ->
-  "cent" loses a number the mention count misses), force-decoded (a target prefix, then EOS) so that the alignment is the model's own
+  (a content word of ``coverage.content_units`` -- not a function word, a clitic, a digit or a
+  one-letter word -- or a number word: "deux cent" -> "cent"), force-decoded (a target prefix, then EOS) so that the alignment is the model's own
   for that damaged translation; every one loses content.
 
 Reported per set: how many translations that lose content the WARNING flags (with and without
@@ -40,7 +40,9 @@ from pathlib import Path
 from nmtserve import defaults
 from nmtserve.confidence import covered_words, sentence_confidence, word_confidences
 from nmtserve.coverage import (
+    content_units,
     function_words,
+    number_words,
     omitted_words,
     usual_length_ratio,
     usual_score_floor,
@@ -170,15 +172,15 @@ def adjective_set(ckpt, n: int, rng: random.Random) -> tuple[list[str], list[str
 def dropped_set(ckpt, sources: list[str], decoded: list[dict], references: list[str], n: int,
                 rng: random.Random) -> tuple[list[str], list[TargetPrefix]]:
     """Exact translations with one content word (not a function word, not a number) taken out."""
-    functions = function_words("fr") or frozenset()
+    numbers = (number_words("fr") or (frozenset(), frozenset()))[0]
     out_sources, prefixes = [], []
     for source, d, ref in zip(sources, decoded, references, strict=True):
         if d["text"] != ref:
             continue
         words = ref.split()
+        content = {i for unit in content_units(ref, "fr") for i in unit}
         candidates = [i for i, w in enumerate(words) if len(plain := re.sub(r"[^\w'-]", "", w.lower())) > 1
-                      and not all(p in functions for p in re.split(r"['\u2019]", plain) if p)
-                      and not any(ch.isdigit() for ch in plain)]
+                      and (i in content or all(p in numbers for p in plain.split("-") if p))]
         if not candidates:
             continue
         i = rng.choice(candidates)
@@ -186,6 +188,8 @@ def dropped_set(ckpt, sources: list[str], decoded: list[dict], references: list[
         if i == len(words) - 1:  # keep the full stop
             damaged = damaged.rstrip(".") + "." if ref.endswith(".") else damaged
         tokens = ckpt.tokenizer.encode_target(damaged)[:-1]
+        if ckpt.tokenizer.decode(tokens) != damaged:
+            continue
         out_sources.append(source)
         prefixes.append(TargetPrefix(tuple(tokens)))
         if len(out_sources) == n:
@@ -227,6 +231,12 @@ def main() -> None:
         else:
             sources, prefixes = dropped_set(ckpt, test, test_decoded, test_ref, args.limit or 300, rng)
             decoded = decode(ckpt, sources, prefixes)
+            # The decode may go on by one piece after the prefix and put the word back ("le
+            # nombre" + "douze"): such a translation is whole, and left out of the set.
+            damaged = [ckpt.tokenizer.decode(list(p.tokens)) for p in prefixes]
+            kept = [k for k, d in enumerate(decoded) if d["text"] == damaged[k]]
+            print(f"dropped: {len(sources) - len(kept)} of {len(sources)} decodes put the word back, left out")
+            sources, decoded = [sources[k] for k in kept], [decoded[k] for k in kept]
             references = [None] * len(sources)
         rows = []
         for k, (source, d, ref) in enumerate(zip(sources, decoded, references, strict=True)):

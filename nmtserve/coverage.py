@@ -118,11 +118,12 @@ def mentions(text: str, language: str | None) -> int:
 
 @lru_cache(maxsize=64)
 def _spelled(language: str | None) -> tuple[dict[tuple[str, ...], int], dict[str, int], frozenset[str],
-                                           frozenset[str]] | None:
+                                           dict[str, str]] | None:
     """(the words of each number under 1,000 in ``language`` (joiners left out) -> its value,
     the words that multiply ("thousand", "mille", "million") -> by how much, the joiners, the
-    words that end an ordinal ("sixth", "sixième")), from num2words; None where it is missing or
-    does not know the language."""
+    words that end an ordinal -> the cardinal word they stand for ("sixth" -> "six", "unième" ->
+    "un", "millième" -> "mille")), from num2words; None where it is missing or does not know the
+    language."""
     vocabulary = number_words(language)
     if vocabulary is None or not language:
         return None
@@ -146,26 +147,47 @@ def _spelled(language: str | None) -> tuple[dict[tuple[str, ...], int], dict[str
         for key, value in list(table.items()):
             if len(one) == 1 and one[0] in key:
                 table.setdefault(tuple(word if w == one[0] else w for w in key), value)
-    ordinals: set[str] = set()
+    ordinals: dict[str, str] = {}
     try:
         for n in (*range(1, 101), 1000, 10**6):
-            if spelled := _WORD.findall(num2words(n, lang=code, to="ordinal").lower()):
-                ordinals.add(spelled[-1])
+            spelled = _WORD.findall(num2words(n, lang=code, to="ordinal").lower())
+            cardinal = [w for w in _WORD.findall(num2words(n, lang=code).lower()) if w not in joiners]
+            if spelled and cardinal and spelled[-1] not in vocabulary[0]:
+                ordinals.setdefault(spelled[-1], cardinal[-1])
     except (NotImplementedError, OverflowError, KeyError, AttributeError, TypeError, ValueError):
         pass
-    return table, multipliers, joiners, frozenset(ordinals - set(vocabulary[0]))
+    return table, multipliers, joiners, ordinals
+
+
+class Ordinal(int):
+    """An ordinal's value ("fifteenth", "quinzième": 15): it equals another ordinal of that value,
+    never the cardinal ("quatre cent vingt-huitième siècle" does not hold "428 bottles")."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Ordinal) and int(self) == int(other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash(("ordinal", int(self)))
+
+    def __repr__(self) -> str:
+        return f"Ordinal({int(self)})"
 
 
 def number_values(text: str, language: str | None) -> list[tuple[int, str]] | None:
     """The numbers ``text`` holds, each (its value, as written): digit runs ("12 000" and "12,000"
-    are 12000; "7:45" is 7 and 45; zeros do not count: "7:00" is "7 h" in French) and runs of the
-    language's number words read as a reader would ("three hundred seventy-five" is 375, "vingt
-    et un" 21, "six and seven" 6 and 7); None for a language num2words does not know, or a run of
-    number words it cannot read (German compounds: the caller falls back on counting mentions)."""
+    are 12000; "7:45" is 7 and 45; "0" is zero, but "7:00"'s zeros do not count: it is "7 h" in
+    French) and runs of the language's number words read as a reader would ("three hundred
+    seventy-five" is 375, "vingt et un" 21, "six and seven" 6 and 7, "zero" 0), an ordinal as an
+    ``Ordinal`` ("the fifty-first day": Ordinal(51); "first" and "second" alone are not read);
+    None for a language num2words does not know, or a run of number words it cannot read (German
+    compounds: the caller falls back on counting mentions)."""
     values = []
     for match in _DIGITS.finditer(text):
         digits = "".join(ch for ch in match.group() if ch.isdigit())
-        if int(digits):
+        if int(digits) or match.group() == "0":  # "0" alone is zero; "7:00"'s "00" is not a number
             values.append((int(digits), match.group()))
     spelled = _spelled(language)
     if spelled is None:
@@ -178,20 +200,30 @@ def number_values(text: str, language: str | None) -> list[tuple[int, str]] | No
         if token in words or token in multipliers or (run and (token in joiners or token == "-")):
             run.append(token)
             continue
-        if token in ordinals or (token[:-1] in ordinals and token.endswith("s")):
-            run = []  # "three hundred eighty-sixth": an ordinal, not a number to find
-            continue
-        while run and (run[-1] in joiners or run[-1] == "-"):  # "six and" before a word
+        ordinal = ordinals.get(token) or (ordinals.get(token[:-1]) if token.endswith("s") else None)
+        while run and (run[-1] in joiners or run[-1] == "-") and not ordinal:  # "six and" before a word
             run.pop()
-        if run:
+        if ordinal and (run or table.get((ordinal,), 3) >= 3 or ordinal in multipliers):
+            # An ordinal is its number ("the three hundred eighty-sixth time" holds 386), but
+            # "first" and "second" ("at first", "a second") alone are words like any other.
+            run.append(token)
+            kept = [i for i, w in enumerate(run) if w not in joiners and w != "-"]
+            read = _read_run([run[i] for i in kept[:-1]] + [ordinal], table, multipliers)
+            if read is None:  # "hundredth": an ordinal this table cannot read is left out
+                run = []
+                continue
+            read[-1] = (Ordinal(read[-1][0]), *read[-1][1:])  # "six and seventh": 6, then the 7th
+        elif run:
             kept = [i for i, w in enumerate(run) if w not in joiners and w != "-"]
             read = _read_run([run[i] for i in kept], table, multipliers)
-            if read is None:
-                return None
-            for value, first, last in read:
-                shown = run[kept[first]: kept[last - 1] + 1]
-                values.append((value, " ".join(shown).replace(" - ", "-")))
-            run = []
+        else:
+            continue
+        if read is None:
+            return None
+        for value, first, last in read:
+            shown = run[kept[first]: kept[last - 1] + 1]
+            values.append((value, " ".join(shown).replace(" - ", "-")))
+        run = []
     return values
 
 
@@ -231,7 +263,7 @@ def _read_run(words: list[str], table: dict[tuple[str, ...], int],
         last, i = multiplier, j
     if last:
         out.append((total, start, i))
-    return [v for v in out if v[0]]
+    return [v for v in out if v[0] or v[2] - v[1] == 1]  # "zero" alone is a number
 
 
 def missing_numbers(source: str, translation: str, source_language: str | None = None,
@@ -256,6 +288,23 @@ def missing_numbers(source: str, translation: str, source_language: str | None =
     have = mentions(source, source_language if number_words(target_language) is not None else None)
     get = mentions(translation, target_language)
     return f"the source mentions {have} numbers, the translation {get}" if get < have else ""
+
+
+def extra_numbers(source: str, translation: str, source_language: str | None = None,
+                  target_language: str | None = None) -> str:
+    """"" unless ``translation`` holds a number (``number_values``) that ``source`` does not: a
+    model that lost its way writes one it knows ("et douze clés" for "wooden keys"). One is left
+    out: "un", "une", "one" are articles and pronouns as often as numbers."""
+    have, get = number_values(source, source_language), number_values(translation, target_language)
+    if have is None or get is None:
+        return ""
+    extra = Counter(v for v, _ in get if v != 1) - Counter(v for v, _ in have)
+    if not extra:
+        return ""
+    written = {v: w for v, w in get}
+    named = ", ".join(f"'{written[v]}'" for v in sorted(extra, key=list(written).index))
+    return f"the translation has the numbers {named}, which the source has not" if sum(extra.values()) > 1 \
+        else f"the translation has the number {named}, which the source has not"
 
 
 def missing_terms(translation: str, terms: Sequence[Sequence[str]]) -> list[str]:
@@ -312,7 +361,8 @@ def content_units(source: str, language: str | None) -> list[tuple[int, ...]]:
     functions, phrases = lists
     vocabulary = number_words(language)
     numbers = vocabulary[0] if vocabulary else frozenset()
-    plain = [_EDGES.sub("", raw).lower() for raw in source.split()]
+    raw_words = source.split()
+    plain = [_EDGES.sub("", raw).lower() for raw in raw_words]
     out: list[tuple[int, ...]] = []
     i = 0
     while i < len(plain):
@@ -326,12 +376,29 @@ def content_units(source: str, language: str | None) -> list[tuple[int, ...]]:
         if not word or _TAG.match(word) or any(ch.isdigit() for ch in word) or not any(ch.isalpha() for ch in word):
             continue
         parts = [p for p in _APOSTROPHE.split(word) if p]
-        if all(p in functions or p in _CLITICS for p in parts):
+        if all(p in functions or p in _CLITICS for p in parts) and not _named(raw_words, i - 1):
             continue
         if all(part in numbers for p in parts for part in p.split("-") if part):
             continue
         out.append((i - 1,))
     return out
+
+
+# Function words that are also months, named before a day ("May 23, 1954"); elsewhere a
+# capital inside a sentence says it ("in May").
+_MONTHS = frozenset({"may"})
+
+
+def _named(words: list[str], i: int) -> bool:
+    """Whether ``words[i]``, a function word, is written as a name is: capitalised (not in
+    capitals) and not the first word of a sentence ("in May", "Will Smith"), or a month before a
+    day ("May 23, 1954")."""
+    word = _EDGES.sub("", words[i])
+    if len(word) < 2 or not word[:1].isupper() or word.isupper():  # "I", and text in capitals
+        return False
+    if word.lower() in _MONTHS and i + 1 < len(words) and words[i + 1][:1].isdigit():
+        return True
+    return not (i == 0 or words[i - 1].rstrip("\"')»”’").endswith((".", "!", "?", ":")))
 
 
 def content_words(source: str, language: str | None) -> list[int]:
@@ -355,6 +422,21 @@ def omitted_words(source: str, covered: Iterable[int], language: str | None, tra
         if len(content_units(translation, target_language)) >= len(units):
             return []
     return missing
+
+
+def fewer_content_words(source: str, translation: str, source_language: str | None,
+                        target_language: str | None) -> str:
+    """"" unless both languages have function word lists and ``translation`` has fewer content
+    words (``content_units``: a phrase such as "good morning" is one) than ``source``: a word left
+    out leaves one fewer, whether or not the alignment can say which (measured:
+    docs/measurements.md#omissions)."""
+    if function_words(target_language) is None:
+        return ""
+    want = len(content_units(source, source_language))
+    got = len(content_units(translation, target_language))
+    if got >= want:
+        return ""
+    return f"it has {got} content word{'s' if got != 1 else ''} where the source has {want}"
 
 
 # Degenerate output: a block of at most LOOP_BLOCK words written LOOP_REPEATS times in a row (a
@@ -421,7 +503,8 @@ def warning(source: str, translation: str, source_language: str | None = None, t
     length is not checked); ``score`` the translation's score and ``score_floor`` the model's
     floor (``usual_score_floor``; 0: not checked); ``terms``: the terms the request asked for
     (``missing_terms``); ``omitted``: the positions of source words no target word attended to
-    (``omitted_words``; needs the decoder's alignments)."""
+    (``omitted_words``; needs the decoder's alignments), named when the translation has fewer
+    content words than the source (``fewer_content_words``, which needs no alignment)."""
     if not source.strip():
         return ""
     wrong = []
@@ -430,14 +513,20 @@ def warning(source: str, translation: str, source_language: str | None = None, t
     odd = degenerate(source, translation)
     if odd:
         wrong.append(odd)
+    extra = extra_numbers(source, translation, source_language, target_language)
+    if extra:
+        wrong.append(extra)
     unsure = "may be wrong: " + "; ".join(wrong) if wrong else ""
     lost = missing_numbers(source, translation, source_language, target_language)
     reasons = [lost] if lost else []
     reasons += [f"the term '{term}' is missing" for term in missing_terms(translation, terms)]
-    if omitted:
-        words = source.split()
-        named = ", ".join(f"'{_EDGES.sub('', words[i])}'" for i in omitted if 0 <= i < len(words))
-        reasons.append(f"no word of the translation stands for {named}")
+    words = source.split()
+    named = ", ".join(f"'{_EDGES.sub('', words[i])}'" for i in omitted if 0 <= i < len(words))
+    fewer = fewer_content_words(source, translation, source_language, target_language)
+    if named:
+        reasons.append(f"no word of the translation stands for {named}" + (f" ({fewer})" if fewer else ""))
+    elif fewer:
+        reasons.append(fewer)
     if length_ratio > 0 and len(source) >= MIN_CHARS_FOR_LENGTH:
         ratio = len(translation) / len(source)
         if ratio < SHORT_FACTOR * length_ratio:

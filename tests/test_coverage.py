@@ -84,6 +84,10 @@ def test_the_usual_ratio_is_the_median_over_sentences_long_enough():
 
 def test_a_score_far_under_the_models_usual_is_flagged_as_maybe_wrong():
     assert warning("hello", "Trente et un", "en", "fr", RATIO, score=-2.05, score_floor=-0.4) == (
+        "may be incomplete: it has 0 content words where the source has 1; "
+        "may be wrong: the model is unsure of it (score -2.05, under this model's floor of -0.40); "
+        "the translation has the number 'trente et un', which the source has not")
+    assert warning("Hello, my friend", "Bonjour, mon ami", "en", "fr", RATIO, score=-2.05, score_floor=-0.4) == (
         "may be wrong: the model is unsure of it (score -2.05, under this model's floor of -0.40)")
     assert warning("hello", "bonjour", "en", "fr", RATIO, score=-0.1, score_floor=-0.4) == ""
     assert warning("hello", "bonjour", "en", "fr", RATIO, score=-5.0) == ""  # no floor measured
@@ -118,7 +122,11 @@ def test_a_content_word_nothing_attended_to_is_named_and_flagged():
     omitted = omitted_words(source, {0, 1, 2, 4}, "en", translation, "fr")
     assert omitted == [3]
     assert warning(source, translation, "en", "fr", RATIO, omitted=omitted) == (
-        "may be incomplete: no word of the translation stands for 'elegant'")
+        "may be incomplete: no word of the translation stands for 'elegant' "
+        "(it has 2 content words where the source has 3)")
+    # Without the decoder's alignments the count alone says it, naming no word.
+    assert warning(source, translation, "en", "fr", RATIO) == (
+        "may be incomplete: it has 2 content words where the source has 3")
     # Attended to: nothing missing.
     assert omitted_words(source, {1, 3, 4}, "en", translation, "fr") == []
 
@@ -152,3 +160,52 @@ def test_repetition_the_source_has_and_short_copies_pass(source, translation):
     from nmtserve.coverage import degenerate
 
     assert degenerate(source, translation) == ""
+
+
+def test_ordinals_are_compared_by_value_and_never_stand_for_a_cardinal():
+    from nmtserve.coverage import Ordinal
+
+    assert number_values("the three hundred eighty-sixth time", "en") == [(Ordinal(386), "three hundred eighty-sixth")]
+    assert number_values("le cinquante et unième jour", "fr") == [(Ordinal(51), "cinquante et unième")]
+    assert Ordinal(51) != 51 and int(Ordinal(51)) == 51
+    assert number_values("at first, a second later", "en") == []  # "first", "second" alone are words
+    assert missing_numbers("the three hundred eighty-sixth time", "la cent quatre-vingt-sixième fois", "en", "fr") == (
+        "the source's number 'three hundred eighty-sixth' is not in the translation")
+    assert missing_numbers("the fifteenth step", "la quinzième étape", "en", "fr") == ""
+    # A cardinal the model turned into an ordinal is lost: "428 bottles" is not "the 428th century".
+    assert missing_numbers("She sees four hundred twenty-eight strange bottles.",
+                           "Elle voit quatre cent vingt-huitième siècle.", "en", "fr") == (
+        "the source's number 'four hundred twenty-eight' is not in the translation")
+
+
+def test_zero_is_a_number():
+    assert missing_numbers("The score is zero to seventeen.", "Le score est de à dix-sept.", "en", "fr") == (
+        "the source's number 'zero' is not in the translation")
+    assert missing_numbers("The score is zero to seventeen.", "Le score est de 0 à 17.", "en", "fr") == ""
+    assert missing_numbers("at 7:00", "à 7 h", "en", "fr") == ""
+
+
+def test_a_number_the_source_does_not_have_is_flagged_as_maybe_wrong():
+    from nmtserve.coverage import extra_numbers
+
+    assert extra_numbers("They see two blue wooden keys", "Ils voient deux clés bleues et douze clés", "en", "fr") == (
+        "the translation has the number 'douze', which the source has not")
+    assert extra_numbers("I see a cat", "Je vois un chat", "en", "fr") == ""  # "un" is an article
+    assert "may be wrong: the translation has the number 'douze'" in warning(
+        "They see two blue wooden keys", "Ils voient deux clés bleues et douze clés", "en", "fr", RATIO)
+
+
+def test_fewer_content_words_than_the_source_is_flagged_without_any_alignment():
+    from nmtserve.coverage import content_units, fewer_content_words
+
+    assert fewer_content_words("I see fifty-three elegant tables.", "Je vois cinquante-trois tables.", "en", "fr") == (
+        "it has 2 content words where the source has 3")
+    assert fewer_content_words("Good morning, my friend.", "Bonjour, mon ami.", "en", "fr") == ""  # a phrase
+    assert fewer_content_words("I see fifty-three tables.", "Je vois cinquante-trois tables.", "en", "fr") == ""
+    assert fewer_content_words("I see tables.", "Ich sehe Tische.", "en", "xx") == ""  # no list: not checked
+    # "May" the month is a content word; "may" the verb is not.
+    assert warning("May 23, 1954", "23 1954", "en", "fr", RATIO) == (
+        "may be incomplete: it has 0 content words where the source has 1")
+    assert [u for u in content_units("She was born in May.", "en")] == [(2,), (4,)]
+    assert [u for u in content_units("May I come in?", "en")] == [(2,)]
+    assert [u for u in content_units("Le 3 août 1978, j'ai vu sept petits.", "fr")] == [(2,), (5,), (7,)]

@@ -218,10 +218,11 @@ class DetokenizeModel:
             text = translation.decode("utf-8")
             omitted = [] if covered is None else omitted_words(source, covered, source_langs[i], text, target_langs[i])
             missing[i] = " ".join(map(str, omitted)).encode()
-            # The omitted words are named in MISSING_WORDS only: they are not in WARNING (nor its
-            # exit status) until the check meets its targets (docs/measurements.md#omissions).
+            # WARNING says "may be incomplete" when the translation has fewer content words than
+            # the source (no alignment needed), and names the omitted words when ALIGN came along.
             out[i] = warning(source, text, source_langs[i], target_langs[i], self.length_ratio,
-                             float(lowest[i]), self.score_floor, terms[i] if terms else ()).encode("utf-8")
+                             float(lowest[i]), self.score_floor, terms[i] if terms else (),
+                             omitted=omitted).encode("utf-8")
         return out, missing
 
 
