@@ -10,7 +10,8 @@ in one process, so that the machine's state changes both sides alike:
 * **bulk**: every sentence in requests of 32, sentences a second;
 * **one sentence**: one request at a time, the median milliseconds a sentence;
 
-each with ``SearchOptions()`` as a request without the new inputs gets it ("off"), with
+each with ``SearchOptions()`` as a request without the new inputs gets it ("off"); the same
+plus ``coverage.warning`` on the text, as every request's WARNING is ("checks"); with
 ``confidence=True`` ("confidence"), and with ``confidence`` and ``alignment`` plus what
 ``detokenize`` then computes per sentence (``protocol.qualities``, ``coverage.omitted_words``,
 ``coverage.warning``: "all"). Reported per mode: the median of the rounds and the ratio to "off".
@@ -40,12 +41,12 @@ from nmtserve.runtime.spec import ModelSpec
 from nmtserve.server.protocol import qualities, results_to_arrays
 
 ROOT = Path(__file__).resolve().parents[1]
-MODES = ("off", "confidence", "all")
+MODES = ("off", "checks", "confidence", "all")
 
 
 def options_for(mode: str) -> SearchOptions:
     base = SearchOptions(beam_size=4, max_length=200, max_length_a=2.0, max_length_b=10)
-    if mode == "off":
+    if mode in ("off", "checks"):
         return base
     return dataclasses.replace(base, confidence=True, alignment=mode == "all")
 
@@ -68,6 +69,9 @@ def run(engine, tokenizer, spec, texts: list[str], ids: list[list[int]], mode: s
                 translation = tokenizer.decode(hyps[0].tokens)
                 omitted = omitted_words(text, q.covered or (), "en", translation, "fr")
                 warning(text, translation, "en", "fr", 1.06, hyps[0].score, -0.35, (), omitted)
+        elif mode == "checks":  # what every request's WARNING costs (text only: no ALIGN, no CONFIDENCE)
+            for text, hyps in zip(texts[at:at + batch], results, strict=True):
+                warning(text, tokenizer.decode(hyps[0].tokens), "en", "fr", 1.06, hyps[0].score, -0.35)
     return time.perf_counter() - start
 
 

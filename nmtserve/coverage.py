@@ -176,6 +176,13 @@ class Ordinal(int):
         return f"Ordinal({int(self)})"
 
 
+@lru_cache(maxsize=1024)
+def _values(text: str, language: str | None) -> tuple[tuple[int, str], ...] | None:
+    """``number_values``, kept: WARNING's checks read each text more than once."""
+    values = number_values(text, language)
+    return None if values is None else tuple(values)
+
+
 def number_values(text: str, language: str | None) -> list[tuple[int, str]] | None:
     """The numbers ``text`` holds, each (its value, as written): digit runs ("12 000" and "12,000"
     are 12000; "7:45" is 7 and 45; "0" is zero, but "7:00"'s zeros do not count: it is "7 h" in
@@ -272,7 +279,7 @@ def missing_numbers(source: str, translation: str, source_language: str | None =
     the source (in digits or words, ``number_values``) whose value the translation does not hold
     (in digits or words), or where the words cannot be read, digits (1-9) of the source missing
     or fewer mentions of numbers (digits or words) than the source's."""
-    have, get = number_values(source, source_language), number_values(translation, target_language)
+    have, get = _values(source, source_language), _values(translation, target_language)
     if have is not None and get is not None:
         lost = Counter(v for v, _ in have) - Counter(v for v, _ in get)
         if lost:
@@ -295,7 +302,7 @@ def extra_numbers(source: str, translation: str, source_language: str | None = N
     """"" unless ``translation`` holds a number (``number_values``) that ``source`` does not: a
     model that lost its way writes one it knows ("et douze clés" for "wooden keys"). One is left
     out: "un", "une", "one" are articles and pronouns as often as numbers."""
-    have, get = number_values(source, source_language), number_values(translation, target_language)
+    have, get = _values(source, source_language), _values(translation, target_language)
     if have is None or get is None:
         return ""
     extra = Counter(v for v, _ in get if v != 1) - Counter(v for v, _ in have)
@@ -342,6 +349,15 @@ def _word_lists(language: str | None) -> tuple[frozenset[str], tuple[tuple[str, 
             tuple(sorted((tuple(w.split()) for w in lines if " " in w), key=len, reverse=True)))
 
 
+@lru_cache(maxsize=64)
+def _phrases_by_first_word(language: str | None) -> dict[str, tuple[tuple[str, ...], ...]]:
+    """The phrases of ``_word_lists`` by their first word, the longest first."""
+    out: dict[str, list[tuple[str, ...]]] = {}
+    for phrase in (_word_lists(language) or ((), ()))[1]:
+        out.setdefault(phrase[0], []).append(phrase)
+    return {first: tuple(found) for first, found in out.items()}
+
+
 def function_words(language: str | None) -> frozenset[str] | None:
     """The function words of ``language`` (its ISO 639-1 code, "en"; "pt_BR" reads pt), from
     ``nmtserve/function_words/<code>.txt``; None for a language without a list."""
@@ -358,7 +374,7 @@ def content_units(source: str, language: str | None) -> list[tuple[int, ...]]:
     lists = _word_lists(language)
     if lists is None:
         return []
-    functions, phrases = lists
+    functions, phrases = lists[0], _phrases_by_first_word(language)
     vocabulary = number_words(language)
     numbers = vocabulary[0] if vocabulary else frozenset()
     raw_words = source.split()
@@ -366,7 +382,7 @@ def content_units(source: str, language: str | None) -> list[tuple[int, ...]]:
     out: list[tuple[int, ...]] = []
     i = 0
     while i < len(plain):
-        phrase = next((p for p in phrases if tuple(plain[i:i + len(p)]) == p), None)
+        phrase = next((p for p in phrases.get(plain[i], ()) if tuple(plain[i:i + len(p)]) == p), None)
         if phrase:
             out.append(tuple(range(i, i + len(phrase))))
             i += len(phrase)
@@ -495,7 +511,8 @@ def _loop_block(words: Sequence[str], n: int, k: int) -> Sequence[str]:
 
 def warning(source: str, translation: str, source_language: str | None = None, target_language: str | None = None,
             length_ratio: float = 0.0, score: float | None = None, score_floor: float = 0.0,
-            terms: Sequence[Sequence[str]] = (), omitted: Sequence[int] = ()) -> str:
+            terms: Sequence[Sequence[str]] = (), omitted: Sequence[int] = (),
+            word_confidence: Sequence[float] = ()) -> str:
     """"" when nothing suggests the translation leaves part of ``source`` out or is wrong; else why
     it may ("may be incomplete: ...", "may be wrong: ...").
 
@@ -504,7 +521,9 @@ def warning(source: str, translation: str, source_language: str | None = None, t
     floor (``usual_score_floor``; 0: not checked); ``terms``: the terms the request asked for
     (``missing_terms``); ``omitted``: the positions of source words no target word attended to
     (``omitted_words``; needs the decoder's alignments), named when the translation has fewer
-    content words than the source (``fewer_content_words``, which needs no alignment)."""
+    content words than the source (``fewer_content_words``, which needs no alignment);
+    ``word_confidence``: per word of ``translation`` its confidence (``nmtserve.confidence``;
+    asked with CONFIDENCE), a word under ``confidence.UNSURE_WORD`` named as unsure."""
     if not source.strip():
         return ""
     wrong = []
@@ -516,6 +535,14 @@ def warning(source: str, translation: str, source_language: str | None = None, t
     extra = extra_numbers(source, translation, source_language, target_language)
     if extra:
         wrong.append(extra)
+    if word_confidence:
+        from .confidence import UNSURE_WORD
+
+        shown = translation.split()
+        unsure = [f"'{_EDGES.sub('', shown[i]) or shown[i]}' ({c:.2f})" for i, c in enumerate(word_confidence)
+                  if c < UNSURE_WORD and i < len(shown)]
+        if unsure:
+            wrong.append(f"the model is unsure of the word{'s' if len(unsure) > 1 else ''} {', '.join(unsure)}")
     unsure = "may be wrong: " + "; ".join(wrong) if wrong else ""
     lost = missing_numbers(source, translation, source_language, target_language)
     reasons = [lost] if lost else []

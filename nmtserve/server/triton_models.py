@@ -222,7 +222,7 @@ class DetokenizeModel:
             # the source (no alignment needed), and names the omitted words when ALIGN came along.
             out[i] = warning(source, text, source_langs[i], target_langs[i], self.length_ratio,
                              float(lowest[i]), self.score_floor, terms[i] if terms else (),
-                             omitted=omitted).encode("utf-8")
+                             omitted=omitted, word_confidence=quality[i].words or ()).encode("utf-8")
         return out, missing
 
 
