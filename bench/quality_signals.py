@@ -23,8 +23,8 @@ The sets:
   for that damaged translation; every one loses content.
 
 Reported per set: how many translations that lose content the WARNING flags, and how many exact
-ones it flags, as a request with ALIGN and CONFIDENCE gets it ("caught", "exact_flagged": the
-omitted words named, an unsure word flagged) and as every request gets it (``_text_only``: the
+ones it flags, as a request with CONFIDENCE gets it ("caught", "exact_flagged": an unsure word
+flagged too) and as every request gets it (``_text_only``: the
 numbers, the content-word count, the length, the score, degenerate output); the confidence's ROC AUC for exact against
 wrong translations, and precision / recall of "low confidence" at each threshold of
 ``--thresholds``.
@@ -107,8 +107,7 @@ def check(ckpt, source: str, d: dict, ratio: float, floor: float) -> dict:
     words_min = word_confidences(t_pieces, d["logprobs"], "min")
     return {
         "warning_text": warning(source, d["text"], "en", "fr", ratio, d["score"], floor),
-        "warning": warning(source, d["text"], "en", "fr", ratio, d["score"], floor, omitted=omitted,
-                           word_confidence=words_min),
+        "warning": warning(source, d["text"], "en", "fr", ratio, d["score"], floor, word_confidence=words_min),
         "omitted": omitted,
         "covered": sorted(covered),
         "sentence": sentence_confidence(d["logprobs"]),
@@ -265,6 +264,8 @@ def main() -> None:
             "false_flags": [(r["source"], r["translation"], r["warning"]) for r in exact if r["warning"]][:8],
         }
         if name == "adjective":
+            # MISSING_WORDS' precision: sentences where it names something, and where that holds the adjective
+            figures["missing_words_named"] = sum(bool(r["omitted"]) for r in rows)
             figures["adjective_named"] = sum(any(r["source"].split()[i] == r["adjective"] for i in r["omitted"])
                                              for r in rows)
         if name in SETS:

@@ -2,8 +2,11 @@
 
     POST /translate        q (a string or a list), source (a code or "auto"), target,
                            format (text | html), alternatives, api_key, glossary (nmtserve's
-                           own: {source term: target term}, or the id of a glossary of the key)
-                           -> {"translatedText", "detectedLanguage" (auto), "alternatives" (asked)}
+                           own: {source term: target term}, or the id of a glossary of the key),
+                           confidence (nmtserve's own: true)
+                           -> {"translatedText", "detectedLanguage" (auto), "alternatives" (asked),
+                               "warning" (nmtserve's own, when something is suspected);
+                               with confidence: "confidence", "wordConfidence", "missingWords"}
     POST /detect           q -> [{"confidence", "language"}] (a language the server does not
                            translate from too, when the text is surely in it)
     GET  /languages        [{"code", "name", "targets"}]
@@ -62,6 +65,26 @@ def _string(value: Any, name: str) -> str:
     if not isinstance(value, str):
         raise BadRequest(f"Invalid request: {name} parameter must be a string")
     return value
+
+
+def _flag(value: Any, name: str) -> bool:
+    """A boolean parameter: true/false (JSON), or "true"/"false"/"1"/"0" (a form)."""
+    if value is None or value is False or value == "":
+        return False
+    if value is True:
+        return True
+    if isinstance(value, (int, str)) and str(value).strip().lower() in ("0", "1", "true", "false"):
+        return str(value).strip().lower() in ("1", "true")
+    raise BadRequest(f"Invalid request: {name} parameter must be true or false")
+
+
+def _confidence(done: Any) -> dict[str, Any]:
+    """nmtserve's confidence fields of one translation (``service.Translated``): its confidence
+    (0..1), one per whitespace-separated word of translatedText, the source words that may be
+    missing; null for a text that got none (HTML, or a text with glossary terms)."""
+    confidence = None if done.confidence is None else round(done.confidence, 4)
+    words = None if done.word_confidence is None else [round(c, 2) for c in done.word_confidence]
+    return {"confidence": confidence, "wordConfidence": words, "missingWords": done.missing_words}
 
 
 def _detected(found: Detection) -> dict[str, Any]:
@@ -158,8 +181,9 @@ def routes(service: Service) -> list[Route]:
             raise BadRequest(f"{fmt} format is not supported")
         _check_pair(await service.catalog(), source, target)
         glossary = _glossary(service, params.get("glossary"), key, source, target)
+        confidence = _flag(params.get("confidence"), "confidence")
         done = await service.translate(texts, source, target, html=fmt == FORMAT_HTML,
-                                       alternatives=alternatives, glossary=glossary)
+                                       alternatives=alternatives, glossary=glossary, confidence=confidence)
         if batch:
             result: dict[str, Any] = {"translatedText": [d.text for d in done]}
             if detected is not None:
@@ -168,6 +192,10 @@ def routes(service: Service) -> list[Route]:
                 result["alternatives"] = [d.alternatives for d in done]
             if any(d.warning for d in done):  # nmtserve's own: "" where nothing is suspected
                 result["warnings"] = [d.warning for d in done]
+            if confidence:
+                fields = [_confidence(d) for d in done]
+                for name in ("confidence", "wordConfidence", "missingWords"):
+                    result[name] = [f[name] for f in fields]
         else:
             result = {"translatedText": done[0].text}
             if detected is not None:
@@ -176,6 +204,8 @@ def routes(service: Service) -> list[Route]:
                 result["alternatives"] = done[0].alternatives
             if done[0].warning:  # nmtserve's own: the translation may be incomplete or wrong
                 result["warning"] = done[0].warning
+            if confidence:
+                result.update(_confidence(done[0]))
         return JSONResponse(result)
 
     @endpoint(_error)

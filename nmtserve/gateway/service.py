@@ -55,6 +55,12 @@ class Translated:
     alternatives: list[str]
     # The server's WARNING: "" or why the translation may be incomplete or wrong (nmtserve.coverage)
     warning: str = ""
+    # Asked with confidence=True (translate's CONFIDENCE and ALIGN): the translation's confidence,
+    # one per whitespace-separated word of ``text``, and the source words that may be missing
+    # (the source's own, in order); None when not asked, or for HTML and glossary texts.
+    confidence: float | None = None
+    word_confidence: list[float] | None = None
+    missing_words: list[str] | None = None
 
 
 def is_one_sentence(text: str) -> bool:
@@ -177,14 +183,17 @@ class Service:
 
     async def translate(
         self, texts: Sequence[str], source: str, target: str, *, html: bool = False, alternatives: int = 0,
-        split: bool = True, glossary: Glossary | None = None,
+        split: bool = True, glossary: Glossary | None = None, confidence: bool = False,
     ) -> list[Translated]:
         """Each text's translation (and up to ``alternatives`` other hypotheses, for a
         one-sentence plain text), in order; the pair must be served (checked by the caller).
         ``split=False`` (DeepL's ``split_sentences=0``) sends each plain text to the model whole.
-        ``glossary``: its terms found in a text are asked for in its translation."""
+        ``glossary``: its terms found in a text are asked for in its translation.
+        ``confidence``: each plain text without glossary terms goes to ``translate`` (which cuts
+        it into sentences and joins them as the document path does) with CONFIDENCE and ALIGN,
+        for ``Translated.confidence``, ``.word_confidence`` and ``.missing_words``."""
         route = (await self.catalog()).route(source, target)
-        one = [not html and (not split or is_one_sentence(t)) for t in texts]
+        one = [not html and (not split or confidence or is_one_sentence(t)) for t in texts]
         glossed: dict[int, Any] = {}  # text -> its sentences (documents.Segmented), where a term is found
         if glossary is not None:
             for i, text in enumerate(texts):
@@ -199,6 +208,8 @@ class Service:
             # The raw n-best: the rule runs here, where the request's languages are known (the
             # client knows none for a repository exported without a pair).
             options: dict[str, Any] = {"num_hypotheses": alternatives + 1, "all_hypotheses": True} if alternatives else {}
+            if confidence:
+                options.update(confidence=True, alignment=True)
             if not split:
                 options["split_sentences"] = False
                 if glossary is not None:
@@ -216,8 +227,9 @@ class Service:
         done = await _gather(jobs)
         if sentences:
             for i, translation in zip(sentences, done.pop(0), strict=True):
-                others = _alternatives(texts[i].strip(), translation, source, target)
-                results[i] = Translated(translation.text, others[:alternatives], translation.warning)
+                others = _alternatives(texts[i].strip(), translation, source, target) if alternatives else []
+                results[i] = Translated(translation.text, others[:alternatives], translation.warning,
+                                        **(_quality(texts[i].strip(), translation) if confidence else {}))
         if glossed:
             for i, translated in zip(glossed, done.pop(0), strict=True):
                 results[i] = translated
@@ -312,6 +324,14 @@ def looks_like(found: Detection, catalog: Catalog) -> str:
     served = (f"{len(names)} languages" if len(names) > 4 else names[0] if len(names) == 1
               else f"{', '.join(names[:-1])} and {names[-1]}")
     return f"this looks like {name_of(found.language)}; this server translates from {served}"
+
+
+def _quality(source_text: str, translation: Translation) -> dict[str, Any]:
+    """``Translated``'s confidence fields from a translation asked with confidence and alignment:
+    the missing words by their text (the server names them by position in ``source_text``)."""
+    words = source_text.split()
+    return {"confidence": translation.confidence, "word_confidence": translation.word_confidence,
+            "missing_words": [words[i] for i in translation.missing_words or () if 0 <= i < len(words)]}
 
 
 def _alternatives(source_text: str, translation: Translation, source: str, target: str) -> list[str]:

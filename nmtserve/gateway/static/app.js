@@ -126,6 +126,7 @@
     if (!q.trim()) {
       $("translation").value = "";
       showWarning("");
+      showQuality("", [], []);
       showAlternatives([]);
       $("detected").textContent = "";
       $("status").textContent = "";
@@ -139,7 +140,7 @@
     const body = {
       q, source: $("source").value, target: $("target").value, format: "text",
       alternatives: state.alternatives, api_key: apiKey() || undefined,
-      glossary: Object.keys(terms).length ? terms : undefined,
+      glossary: Object.keys(terms).length ? terms : undefined, confidence: true,
     };
     try {
       const result = await api("/translate", {
@@ -149,6 +150,7 @@
       if (seq !== state.seq) return;
       $("translation").value = result.translatedText;
       showWarning(result.warning || "");
+      showQuality(result.translatedText, result.wordConfidence || [], result.missingWords || []);
       showAlternatives(result.alternatives || []);
       const d = result.detectedLanguage;
       $("detected").textContent = d ? `Detected: ${nameOf(d.language)} (${Math.round(d.confidence)}%)` : "";
@@ -166,6 +168,7 @@
       if (refused) {  // the last translation was of another text: not shown beside this one
         $("translation").value = "";
         showWarning("");
+        showQuality("", [], []);
         showAlternatives([]);
         $("detected").textContent = `Detected: ${refused.language}`;
       }
@@ -201,6 +204,37 @@
     box.hidden = !text;
   }
 
+  // The model's own confidence (nmtserve's LibreTranslate extension, confidence: true): the
+  // translation again with each word under LOW_CONFIDENCE marked, and the source words no word
+  // of the translation stands for named under it. Shown only when there is something to say.
+  const LOW_CONFIDENCE = 0.3;  // nmtserve.confidence.LOW_CONFIDENCE
+  function showQuality(text, confidences, missing) {
+    const unsure = $("unsure");
+    unsure.replaceChildren();
+    let word = 0, marked = 0;
+    for (const part of text.split(/(\s+)/)) {
+      if (!part) continue;
+      if (/^\s+$/.test(part)) { unsure.append(part); continue; }
+      const c = confidences[word++];
+      if (c !== undefined && c < LOW_CONFIDENCE) {
+        const mark = document.createElement("mark");
+        mark.textContent = part;
+        mark.title = `The model is unsure of this word (confidence ${c.toFixed(2)})`;
+        unsure.append(mark);
+        marked++;
+      } else {
+        unsure.append(part);
+      }
+    }
+    if (marked) unsure.prepend(`The model is unsure of the marked word${marked === 1 ? "" : "s"}: `);
+    unsure.hidden = marked === 0;
+    const box = $("missing");
+    box.textContent = missing.length
+      ? `May be missing from the translation: ${missing.map((w) => `“${w.replace(/^[^\p{L}\p{N}]+|[^\p{L}\p{N}]+$/gu, "")}”`).join(", ")}`
+      : "";
+    box.hidden = missing.length === 0;
+  }
+
   function showAlternatives(list) {
     const ul = $("alternatives");
     ul.replaceChildren();
@@ -214,6 +248,7 @@
         const current = $("translation").value;
         $("translation").value = text;
         button.textContent = current;
+        showQuality("", [], []);  // the marks were the first translation's
         $("status").textContent = "Alternative chosen";
       });
       li.append(button);
