@@ -86,6 +86,9 @@ def test_missing_words_name_the_source_words_nothing_attended_to(client):
     assert "elegant" not in got.text and "élégant" not in got.text  # the demo never learned it
     # Something is named, and only content words: which one is the decoder's attention peak, one
     # word off on this model more often than not ("tables." here; the adjective is named in
-    # 32 of 200 such sentences: docs/measurements.md#omissions): a hint, not in WARNING.
+    # 32 of 200 such sentences: docs/measurements.md#omissions): a hint, not named in WARNING.
     named = ["I see fifty-three elegant tables.".split()[i] for i in got.missing_words]
     assert named and set(named) <= {"see", "elegant", "tables."}, named
+    # WARNING says the translation may be incomplete, by the count of content words, named or not.
+    assert got.warning.startswith("may be incomplete: it has 2 content words where the source has 3"), got.warning
+    assert client.translate("I see fifty-three elegant tables.").warning == got.warning.split("; may be wrong")[0]

@@ -123,6 +123,30 @@ def test_several_sentences_and_html_take_the_document_path(gateway, direct):
     assert EXPECTED[ONE] in direct.translate_document(text, "plain")
 
 
+def test_confidence_is_nmtserves_extension_of_libretranslate(gateway, direct):
+    """confidence=true: the model's confidence, one per word of translatedText, and the source words
+    that may be missing (MISSING_WORDS by the source's own text), as the client gets them."""
+    wrong = "I want five ancient cats."  # the demo never learned "ancient": it writes "Je veux cinq sacs."
+    texts = [wrong, ONE, f"{ONE} {TWO}\n\n{ENGLISH[3]}"]
+    want = direct.translate(texts, confidence=True, alignment=True)
+    got = ok(gateway.post("/translate", json={"q": texts, "source": "en", "target": "fr", "confidence": True}))
+    plain = ok(gateway.post("/translate", json={"q": texts, "source": "en", "target": "fr"}))
+    assert got["translatedText"] == plain["translatedText"] == [t.text for t in want]  # several sentences too
+    assert got["confidence"] == [round(t.confidence, 4) for t in want]
+    assert got["wordConfidence"] == [[round(c, 2) for c in t.word_confidence] for t in want]
+    assert [len(w) for w in got["wordConfidence"]] == [len(t.split()) for t in got["translatedText"]]
+    assert got["missingWords"] == [[text.split()[i] for i in t.missing_words] for text, t in zip(texts, want, strict=True)]
+    assert got["missingWords"][1:] == [[], []] and got["missingWords"][0]
+    assert min(got["wordConfidence"][0]) < 0.1 and "unsure of the word" in got["warnings"][0]
+    assert "may be incomplete: it has 2 content words where the source has 3" in got["warnings"][0]
+    assert "confidence" not in plain and "wordConfidence" not in plain  # not asked: not there
+    one = ok(gateway.post("/translate", data={"q": ONE, "source": "en", "target": "fr", "confidence": "true"}))
+    assert one == {"translatedText": EXPECTED[ONE], "confidence": got["confidence"][1],
+                   "wordConfidence": got["wordConfidence"][1], "missingWords": []}
+    assert error(gateway.post("/translate", json={"q": ONE, "source": "en", "target": "fr", "confidence": "maybe"}),
+                 400) == "Invalid request: confidence parameter must be true or false"
+
+
 def test_languages_detect_settings_and_health(gateway):
     # A repository without pairs: named by --languages, default en-fr (the demo's).
     assert ok(gateway.get("/languages")) == [{"code": "en", "name": "English", "targets": ["fr"]},

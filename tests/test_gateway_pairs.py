@@ -6,7 +6,8 @@ answer equals what the nmtserve client gets from that pair directly); the curl c
 LibreTranslate's documentation work verbatim (only the address changed); the page, driven in
 headless Chromium (Debian's package, through Playwright, nothing downloaded), translates a
 showcase sentence as it is typed and on Ctrl+Enter, follows a switch of the target language,
-offers the n-best alternatives, copies, shows the server's errors (a text in a language the
+offers the n-best alternatives, marks the words the model is unsure of and names the source
+words that may be missing, copies, shows the server's errors (a text in a language the
 server does not translate from: said so), and translates a file into a download.
 """
 
@@ -187,6 +188,28 @@ def test_the_page_offers_alternatives_copies_and_shows_errors(page, direct):
     page.keyboard.press("Control+Enter")
     wait_for_translation(page, best)
     assert page.is_hidden("#error")
+
+
+def test_the_page_marks_unsure_words_and_names_words_that_may_be_missing(page, direct):
+    wrong = "I want five ancient cats."  # the demo never learned "ancient"
+    want = direct.translate(wrong, source_lang="en", target_lang="fr", confidence=True, alignment=True)
+    unsure = [w for w, c in zip(want.text.split(), want.word_confidence, strict=True) if c < 0.3]
+    missing = [wrong.split()[i].strip(".") for i in want.missing_words]
+    assert unsure and missing, (want.text, want.word_confidence, want.missing_words)
+    page.select_option("#target", "fr")
+    page.fill("#source-text", wrong)
+    page.click("#translate")
+    wait_for_translation(page, want.text)
+    assert page.is_visible("#warning") and "may be incomplete" in page.text_content("#warning")
+    assert page.locator("#unsure mark").all_text_contents() == unsure
+    assert page.text_content("#unsure").endswith(want.text)  # the translation, its unsure words marked
+    assert page.text_content("#missing") == "May be missing from the translation: " + ", ".join(
+        f"“{w}”" for w in missing)
+    # An exact translation: nothing marked, nothing named.
+    page.fill("#source-text", ENGLISH[0])
+    page.click("#translate")
+    wait_for_translation(page, EXPECTED[ENGLISH[0]])
+    assert page.is_hidden("#unsure") and page.is_hidden("#missing") and page.is_hidden("#warning")
 
 
 def test_the_page_says_when_the_text_is_in_a_language_not_served(page):
