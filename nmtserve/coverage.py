@@ -299,18 +299,20 @@ def missing_numbers(source: str, translation: str, source_language: str | None =
 
 def extra_numbers(source: str, translation: str, source_language: str | None = None,
                   target_language: str | None = None) -> str:
-    """"" unless ``translation`` holds a number (``number_values``) that ``source`` does not: a
+    """"" unless ``translation`` holds a number (``number_values``) that ``source`` has nowhere: a
     model that lost its way writes one it knows ("et douze clés" for "wooden keys"). One is left
-    out: "un", "une", "one" are articles and pronouns as often as numbers."""
+    out: "un", "une", "one" are articles and pronouns as often as numbers; a number of the source
+    said again is not counted (a loop is ``degenerate``'s, and "deux par deux" says two twice)."""
     have, get = _values(source, source_language), _values(translation, target_language)
     if have is None or get is None:
         return ""
-    extra = Counter(v for v, _ in get if v != 1) - Counter(v for v, _ in have)
+    known = {v for v, _ in have}
+    extra = list(dict.fromkeys(v for v, _ in get if v != 1 and v not in known))  # a number said again is a loop's
     if not extra:
         return ""
     written = {v: w for v, w in get}
-    named = ", ".join(f"'{written[v]}'" for v in sorted(extra, key=list(written).index))
-    return f"the translation has the numbers {named}, which the source has not" if sum(extra.values()) > 1 \
+    named = ", ".join(f"'{written[v]}'" for v in extra)
+    return f"the translation has the numbers {named}, which the source has not" if len(extra) > 1 \
         else f"the translation has the number {named}, which the source has not"
 
 
@@ -400,19 +402,18 @@ def content_units(source: str, language: str | None) -> list[tuple[int, ...]]:
     return out
 
 
-# Function words that are also months, named before a day ("May 23, 1954"); elsewhere a
-# capital inside a sentence says it ("in May").
+# Function words that are also months: the month when capitalised inside a sentence ("in May")
+# or before a day ("May 23, 1954"). Other capitalised function words stay function words: a
+# run-on line starts its second sentence after a comma ("..., The red bird costs").
 _MONTHS = frozenset({"may"})
 
 
 def _named(words: list[str], i: int) -> bool:
-    """Whether ``words[i]``, a function word, is written as a name is: capitalised (not in
-    capitals) and not the first word of a sentence ("in May", "Will Smith"), or a month before a
-    day ("May 23, 1954")."""
+    """Whether ``words[i]``, a function word, is a month ("in May", "May 23, 1954")."""
     word = _EDGES.sub("", words[i])
-    if len(word) < 2 or not word[:1].isupper() or word.isupper():  # "I", and text in capitals
+    if word.lower() not in _MONTHS or not word[:1].isupper() or word.isupper():  # text in capitals
         return False
-    if word.lower() in _MONTHS and i + 1 < len(words) and words[i + 1][:1].isdigit():
+    if i + 1 < len(words) and words[i + 1][:1].isdigit():
         return True
     return not (i == 0 or words[i - 1].rstrip("\"')»”’").endswith((".", "!", "?", ":")))
 

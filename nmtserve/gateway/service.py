@@ -43,6 +43,8 @@ from .languages import Catalog, discover
 
 LOGGER = logging.getLogger(__name__)
 
+# Punctuation around a word ("cats." -> "cats"), as nmtserve.coverage strips it.
+_EDGES = re.compile(r"^[^\w]+|[^\w]+$")
 # More than one sentence: a line break, or a sentence end followed by more text.
 _SEVERAL_SENTENCES = re.compile(r"\n|[.!?\u2026\u3002\uff01\uff1f][\"'\u2019\u201d)\]]*\s+\S")
 
@@ -329,7 +331,7 @@ def looks_like(found: Detection, catalog: Catalog) -> str:
 def _quality(source_text: str, translation: Translation) -> dict[str, Any]:
     """``Translated``'s confidence fields from a translation asked with confidence and alignment:
     the missing words by their text (the server names them by position in ``source_text``)."""
-    words = source_text.split()
+    words = [_EDGES.sub("", w) or w for w in source_text.split()]  # "cats." is named "cats"
     return {"confidence": translation.confidence, "word_confidence": translation.word_confidence,
             "missing_words": [words[i] for i in translation.missing_words or () if 0 <= i < len(words)]}
 
