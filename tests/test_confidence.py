@@ -54,3 +54,30 @@ def test_the_searchs_token_logprobs_sum_to_its_score_and_cost_nothing_when_not_a
             assert len(h.token_logprobs) == len(h.tokens)
             assert sum(h.token_logprobs) == pytest.approx(h.sum_logprobs, abs=1e-9)
             assert all(lp <= 0 for lp in h.token_logprobs)
+
+
+def test_a_model_broken_so_that_it_never_stops_loops_and_warning_says_so(demo_checkpoint):
+    """The demo with its end-of-sentence logit pushed down (a model broken on purpose) runs on to
+    the length limit repeating itself; WARNING names the loop, and the model's own confidence
+    in the words it adds after the sentence is low."""
+    import copy
+
+    import torch
+
+    from nmtserve.confidence import word_confidences
+    from nmtserve.coverage import warning
+    from nmtserve.model.reference import reference_decode
+
+    broken = copy.deepcopy(demo_checkpoint.model)
+    with torch.no_grad():
+        broken.final_logits_bias[broken.config.eos_id] = -1e4
+    tok = demo_checkpoint.tokenizer
+    source = "I have seven apples."
+    best = reference_decode(broken, [tok.encode(source)], SearchOptions(beam_size=4, max_length=40,
+                                                                        confidence=True))[0][0]
+    text = tok.decode(best.tokens)
+    assert len(best.tokens) == 40 and text.startswith("J'ai sept pommes."), text
+    said = warning(source, text, "en", "fr")
+    assert "may be wrong: the words" in said and "times in a row" in said, (text, said)
+    words = word_confidences(tok.target_pieces(best.tokens), best.token_logprobs)
+    assert max(words[:4]) > 0.5 and min(words[4:]) < 0.3, (text, words)
