@@ -68,6 +68,8 @@ class Counts:
 # most of the time, so base serving is one burst of 32 clients x 1 sentence.
 COUNTS = {
     "demo": Counts(bulk=1000, batch=32, serving=320, clients=64, latency=100, slow_bulk=1000, slow_latency=100),
+    "student": Counts(bulk=320, batch=32, serving=160, clients=64, latency=50, slow_bulk=64, slow_latency=16,
+                      max_new_tokens=32),
     "base": Counts(bulk=64, batch=16, serving=32, clients=32, latency=8, slow_bulk=16, slow_latency=4,
                    max_new_tokens=32),
 }
@@ -75,6 +77,8 @@ COUNTS = {
 
 QUICK_COUNTS = {
     "demo": Counts(bulk=40, batch=32, serving=40, clients=8, latency=10, slow_bulk=40, slow_latency=10),
+    "student": Counts(bulk=16, batch=16, serving=16, clients=8, latency=4, slow_bulk=4, slow_latency=2,
+                      max_new_tokens=8),
     "base": Counts(bulk=8, batch=8, serving=8, clients=8, latency=4, slow_bulk=4, slow_latency=2,
                    max_new_tokens=8),
 }
@@ -148,6 +152,28 @@ def setup_base(tmp: Path, counts: Counts, wanted: set[str]) -> Size:
     if wanted & set(CT2_ROWS):
         vocab = mb.convert_ct2(marian, tmp / "ct2")
         size.ct2_dir = tmp / "ct2"
+        size.ct2_decoder = lambda tr, beam: mb.ct2_decoder(tr, vocab, beam, counts.max_new_tokens)
+    return size
+
+
+def setup_student(tmp: Path, counts: Counts, wanted: set[str]) -> Size:
+    """Bergamot's "tiny" student shape (bench/_marian_base.STUDENT_CONFIG), random weights, built
+    and fed to every engine as the base size is."""
+    import _marian_base as mb
+
+    from nmtserve.model.importers.marian import load_marian
+
+    started = time.perf_counter()
+    marian = mb.build_marian(tmp / "student", config=mb.STUDENT_CONFIG)
+    log.info("student: random Marian built in %.0f s", time.perf_counter() - started)
+    ckpt = load_marian(marian)
+    size = Size("student", marian, ckpt, mb.base_sentences(counts.need()), counts, reference="transformers",
+                info={"model": "random Bergamot-tiny-shaped Marian (bench/_marian_base.py: d_model 256, 6+2 "
+                               "layers, 8 heads, FFN 1536, vocabulary 32,000, seeded)",
+                      "max_length": f"{counts.max_new_tokens} new tokens"})
+    if wanted & set(CT2_ROWS):
+        vocab = mb.convert_ct2(marian, tmp / "ct2-student")
+        size.ct2_dir = tmp / "ct2-student"
         size.ct2_decoder = lambda tr, beam: mb.ct2_decoder(tr, vocab, beam, counts.max_new_tokens)
     return size
 

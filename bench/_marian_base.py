@@ -37,6 +37,16 @@ BASE_CONFIG = {
     "share_encoder_decoder_embeddings": True, "tie_word_embeddings": True,
 }
 
+# Bergamot's and Firefox Translations' "tiny" students (d_model 256, 6 encoder and 2 decoder
+# layers, FFN 1536, 8 heads, a 32k joint vocabulary; their decoder's SSRU is a standard layer here).
+STUDENT_VOCAB_SIZE = 32000
+STUDENT_CONFIG = {
+    **BASE_CONFIG, "d_model": 256, "encoder_layers": 6, "decoder_layers": 2, "encoder_attention_heads": 8,
+    "decoder_attention_heads": 8, "encoder_ffn_dim": 1536, "decoder_ffn_dim": 1536,
+    "vocab_size": STUDENT_VOCAB_SIZE, "decoder_vocab_size": STUDENT_VOCAB_SIZE, "pad_token_id": STUDENT_VOCAB_SIZE - 1,
+    "decoder_start_token_id": STUDENT_VOCAB_SIZE - 1,
+}
+
 Decoder = Callable[[list[list[int]]], list[list[int]]]  # id lists -> best token lists
 
 
@@ -47,14 +57,15 @@ def base_sentences(n: int, seed: int = 11) -> list[str]:
     return [src for src, _ in generate_pairs(n, seed)]
 
 
-def write_tokenizer_files(directory: Path, seed: int = 7) -> None:
-    """source.spm = target.spm (trained + filler pieces) and a 58,101-entry vocab.json."""
+def write_tokenizer_files(directory: Path, seed: int = 7, vocab_size: int = VOCAB_SIZE) -> None:
+    """source.spm = target.spm (trained + filler pieces) and a ``vocab_size``-entry vocab.json
+    (58,101: opus-mt's), ``<pad>`` last."""
     import sentencepiece as spm
 
     from nmtserve.demo.corpus import generate_pairs
 
     texts = [text for pair in generate_pairs(2000, seed) for text in pair]
-    fillers = [f"\u2581w{i:05d}" for i in range(VOCAB_SIZE)]
+    fillers = [f"\u2581w{i:05d}" for i in range(vocab_size)]
     proto = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(texts), model_writer=proto, vocab_size=len(fillers) + 1000,
@@ -65,26 +76,28 @@ def write_tokenizer_files(directory: Path, seed: int = 7) -> None:
     filler_set = set(fillers)
     learned = [sp.id_to_piece(i) for i in range(sp.get_piece_size())
                if not (sp.is_control(i) or sp.is_unknown(i) or sp.id_to_piece(i) in filler_set)]
-    pieces = ["</s>", "<unk>", *learned, *fillers][: VOCAB_SIZE - 1]
+    pieces = ["</s>", "<unk>", *learned, *fillers][: vocab_size - 1]
     vocab = {piece: i for i, piece in enumerate(pieces)}
-    vocab["<pad>"] = PAD_ID
-    if len(vocab) != VOCAB_SIZE:
-        raise RuntimeError(f"built {len(vocab)} vocabulary entries, expected {VOCAB_SIZE}")
+    vocab["<pad>"] = vocab_size - 1
+    if len(vocab) != vocab_size:
+        raise RuntimeError(f"built {len(vocab)} vocabulary entries, expected {vocab_size}")
     directory.mkdir(parents=True, exist_ok=True)
     for name in ("source.spm", "target.spm"):
         (directory / name).write_bytes(proto.getvalue())
     (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
 
 
-def build_marian(directory: Path, seed: int = 0) -> Path:
-    """Write the random base-size Marian directory (config, weights, tokenizer files)."""
+def build_marian(directory: Path, seed: int = 0, config: dict | None = None) -> Path:
+    """Write a random Marian directory (config, weights, tokenizer files): the base size, or
+    ``config`` (``STUDENT_CONFIG``)."""
     import tempfile
 
     import torch
     from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 
     torch.manual_seed(seed)
-    model = MarianMTModel(MarianConfig(**BASE_CONFIG)).eval()
+    config = config or BASE_CONFIG
+    model = MarianMTModel(MarianConfig(**config)).eval()
     with torch.no_grad():
         for layer in model.model.decoder.layers:
             layer.encoder_attn.q_proj.weight.mul_(4.0)  # outputs follow the source
@@ -95,7 +108,7 @@ def build_marian(directory: Path, seed: int = 0) -> Path:
     model.save_pretrained(directory)
     with tempfile.TemporaryDirectory(prefix="nmtserve-marian-tok-") as tok_name:
         tok_dir = Path(tok_name)
-        write_tokenizer_files(tok_dir)
+        write_tokenizer_files(tok_dir, vocab_size=config["vocab_size"])
         MarianTokenizer(source_spm=str(tok_dir / "source.spm"), target_spm=str(tok_dir / "target.spm"),
                         vocab=str(tok_dir / "vocab.json")).save_pretrained(directory)
     return directory

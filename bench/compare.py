@@ -48,6 +48,9 @@ Sizes:
 
 * ``demo``  the shipped checkpoint ``models/en-fr-numbers``, its ``test.en`` sentences; max
   length min(2 x source tokens + 10, 200) as served;
+* ``student``  Bergamot's "tiny" student shape with seeded random weights (d_model 256, 6
+  encoder and 2 decoder layers, 8 heads, FFN 1536, vocabulary 32,000;
+  ``bench/_marian_base.STUDENT_CONFIG``), built and measured as ``base`` is;
 * ``base``  an opus-mt-base-shaped Marian with seeded random weights built here (d_model 512,
   6+6 layers, 8 heads, FFN 2048, vocabulary 58,101; ``bench/_marian_base.py``) fed to every
   engine from the same directory; every engine generates at most 32 new tokens (random weights
@@ -122,6 +125,7 @@ from _compare_setup import (  # noqa: E402
     Size,
     setup_base,
     setup_demo,
+    setup_student,
 )
 
 log = logging.getLogger("bench.compare")
@@ -210,7 +214,7 @@ def run_rounds(results: Results, size: Size, runners: dict[str, Callable], beams
             gc.collect()
 
 
-SETUP = {"demo": setup_demo, "base": setup_base}
+SETUP = {"demo": setup_demo, "student": setup_student, "base": setup_base}
 
 
 def _counts_help() -> str:
@@ -235,7 +239,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
     ap = argparse.ArgumentParser(description=__doc__, epilog=_counts_help(),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", type=names(tuple(SETUP)), default=list(SETUP), help="default: demo,base")
+    ap.add_argument("--sizes", type=names(tuple(SETUP)), default=list(SETUP), help="default: demo,student,base")
     ap.add_argument("--beams", type=lambda t: [int(x) for x in t.split(",")], default=[4, 1], help="default: 4,1")
     ap.add_argument("--rows", type=names(ROWS), default=list(ROWS), help=f"default: {','.join(ROWS)}")
     ap.add_argument("--quick", action="store_true",

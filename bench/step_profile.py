@@ -1,0 +1,305 @@
+"""Where a decode step's time goes (issue 49): graph kernels, ONNX Runtime's per-call and per-node
+overhead, the search and the cache bookkeeping, the engine loop, and the Triton hops.
+
+    python bench/step_profile.py [--shapes demo,student,base] [--precisions fp32,int8]
+                                 [--threads 1] [--batch 64] [--sentences 128] [--json OUT]
+
+Per shape (``demo``: the shipped checkpoint; ``student``: Bergamot's "tiny" student shape,
+random weights, ``bench/_marian_base.STUDENT_CONFIG``; ``base``: opus-mt-base's, random weights)
+and precision, the shape is exported as served (ONNX Runtime CPU graphs, the fused decoder) and
+the served engine (``InflightBatcher``, one decode loop of ``--threads`` ONNX Runtime threads)
+decodes, beam 4:
+
+* **one sentence**: ``--sentences`` requests of one sentence, one at a time;
+* **full batch**: the same sentences in requests of ``--batch`` (a running batch of up to
+  ``--batch`` x 4 rows).
+
+The engine's time is split by instruments around its parts (this script wraps them; the engine
+is not changed):
+
+* ``kernels``: ONNX Runtime's own profile of the decoder session (``enable_profiling``): the sum
+  of its nodes' kernel times;
+* ``ort_overhead``: the decoder's ``session.run`` wall time less the kernels: ONNX Runtime's
+  per-call and per-node work (input binding, allocation, the executor between nodes) and the
+  Python binding's conversion of the feeds;
+* ``search``: ``BeamBatch.advance`` (candidates, finished hypotheses, the length penalty,
+  forced tokens and constraints);
+* ``cache``: the step's feeds (``_feeds``: the ancestor table's window, the masks), the new K/V
+  into the pool (``_store_new_kv``) and the table's reordering by the parents;
+* ``loop``: the rest of the engine's loop (admission, retiring finished sentences, the
+  encoder, Python between the parts);
+
+each as microseconds per decoder step (a step runs every row of the running batch once), and
+``host`` = everything but the kernels, the figure that bounds a GPU. The encoder's time is
+reported apart. Profiling adds a timestamp per node, so ``kernels`` is a little high and the
+engine a little slower than unprofiled; ``--no-ort-profile`` measures the wall times without it.
+
+**Triton hops**: the same sentences through the real ``tritonserver`` (model ``translate``,
+the tokenize -> generate -> detokenize ensemble, gRPC), one sentence at a time and in requests
+of ``--batch``; the difference to the engine's wall time, per request, is what the ensemble's
+Python-backend hops and gRPC cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+BEAM = 4
+MAX_NEW = 32  # random-weight shapes rarely end: every shape generates at most this many tokens
+
+
+class Timers:
+    """Seconds per part, summed over calls."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+
+    def wrap(self, owner, name: str, part: str) -> None:
+        original = getattr(owner, name)
+        timers = self
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                timers.seconds[part] += time.perf_counter() - start
+                timers.calls[part] += 1
+
+        setattr(owner, name, timed)
+
+
+def checkpoint_dir(shape: str, tmp: Path) -> Path:
+    if shape == "demo":
+        return ROOT / "models" / "en-fr-numbers"
+    import _marian_base as mb
+
+    config = mb.STUDENT_CONFIG if shape == "student" else mb.BASE_CONFIG
+    return mb.build_marian(tmp / shape, config=config)
+
+
+def sentences(shape: str, n: int) -> list[str]:
+    if shape == "demo":
+        return (ROOT / "models" / "en-fr-numbers" / "test.en").read_text(encoding="utf-8").splitlines()[:n]
+    import _marian_base as mb
+
+    return mb.base_sentences(n)
+
+
+def export_shape(model_dir: Path, repo: Path, precision: str, texts: list[str]) -> None:
+    from nmtserve.export.pipeline import ExportOptions, export
+
+    gate = {}
+    if precision == "int8" and model_dir.name != "en-fr-numbers":  # random weights: the gate says nothing
+        source = repo.parent / f"gate-{precision}.en"
+        source.write_text("\n".join(texts[:100]) + "\n", encoding="utf-8")
+        gate = {"gate_source": source, "max_bleu_drop": 100.0}
+    export(model_dir, ExportOptions(repository=repo, skip_parity=True, max_batch=64, max_target_len=200,
+                                    max_source_len=200, precision=precision, **gate))
+
+
+def kernel_seconds(profile: Path, skip_runs: int) -> tuple[float, int, int]:
+    """(seconds in the decoder's node kernels, nodes run, model runs) from ONNX Runtime's profile,
+    after its first ``skip_runs`` runs (the warm-up)."""
+    events = json.loads(profile.read_text())
+    runs = sorted((e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"),
+                  key=lambda e: e["ts"])
+    if len(runs) <= skip_runs:
+        return 0.0, 0, 0
+    since = runs[skip_runs]["ts"]
+    kernels = [e for e in events if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time")
+               and e["ts"] >= since]
+    return sum(e["dur"] for e in kernels) / 1e6, len(kernels), len(runs) - skip_runs
+
+
+def profile_engine(art: Path, ids: list[list[int]], batch: int, threads: int, ort_profile: bool,
+                   workdir: Path) -> dict:
+    """Decode ``ids`` in requests of ``batch`` on a fresh engine with every part timed."""
+    import nmtserve.runtime.onnxruntime as ortrt
+    from nmtserve.decoding import search as search_module
+    from nmtserve.decoding.search import SearchOptions
+    from nmtserve.engine import InflightBatcher
+    from nmtserve.engine import batcher as batcher_module
+    from nmtserve.runtime.spec import ModelSpec
+
+    spec = ModelSpec.load(art / "model.json")
+    timers = Timers()
+    original_options = ortrt.session_options
+
+    def profiled_options(n=None):
+        so = original_options(n)
+        if ort_profile:
+            so.enable_profiling = True
+            so.profile_file_prefix = str(workdir / f"ort-{time.monotonic_ns()}")
+        return so
+
+    ortrt.session_options = profiled_options
+    try:
+        model = ortrt.OnnxModel(art / "encoder.onnx", art / "decoder.onnx", spec, threads=threads)
+    finally:
+        ortrt.session_options = original_options
+    decoder_run = model.decoder.run
+    encoder_run = model.encoder.run
+
+    class Session:  # ort.InferenceSession's run is read-only on the object: stand in for it
+        def __init__(self, run, part):
+            self.run = run
+            timers.wrap(self, "run", part)
+
+    model.decoder_session, model.encoder_session = model.decoder, model.encoder
+    model.decoder, model.encoder = Session(decoder_run, "session_run"), Session(encoder_run, "encoder")
+    saved = {}
+    for owner, name, part in ((search_module.BeamBatch, "advance", "search"),
+                              (batcher_module.InflightBatcher, "_feeds", "cache"),
+                              (batcher_module.InflightBatcher, "_store_new_kv", "cache"),
+                              (batcher_module.InflightBatcher, "_advance", "advance_all"),
+                              (batcher_module.InflightBatcher, "_step", "step")):
+        saved[(owner, name)] = getattr(owner, name)
+        timers.wrap(owner, name, part)
+    engine = InflightBatcher(model, max_sentences=64, max_beam=BEAM).start()
+    options = SearchOptions(beam_size=BEAM, max_length=MAX_NEW)
+    try:
+        engine.translate(ids[:batch], options, timeout=600)  # warm-up: arenas, first-run kernels
+        timers.seconds.clear()
+        timers.calls.clear()
+        steps_before = engine.stats["steps"]
+        start = time.perf_counter()
+        for at in range(0, len(ids), batch):
+            engine.translate(ids[at:at + batch], options, timeout=600)
+        wall = time.perf_counter() - start
+        steps = engine.stats["steps"] - steps_before
+    finally:
+        engine.stop()
+        for (owner, name), fn in saved.items():
+            setattr(owner, name, fn)
+    out = {"wall_s": round(wall, 3), "steps": steps, "requests": -(-len(ids) // batch)}
+    seconds = dict(timers.seconds)
+    if ort_profile:
+        path = Path(model.decoder_session.end_profiling())
+        kernels, nodes, runs = kernel_seconds(path, steps_before)
+        out["nodes_per_run"] = round(nodes / max(runs, 1), 1)
+        seconds["kernels"] = kernels
+    per_step = {}
+    run_s = seconds.get("session_run", 0.0)
+    per_step["kernels"] = seconds.get("kernels", float("nan"))
+    per_step["ort_overhead"] = run_s - seconds.get("kernels", 0.0) if ort_profile else float("nan")
+    per_step["session_run"] = run_s
+    per_step["search"] = seconds.get("search", 0.0)
+    # _advance holds the search's advance and the table's reordering
+    per_step["cache"] = seconds.get("cache", 0.0) + seconds.get("advance_all", 0.0) - seconds.get("search", 0.0)
+    per_step["encoder"] = seconds.get("encoder", 0.0)
+    per_step["loop"] = wall - run_s - per_step["search"] - per_step["cache"] - per_step["encoder"]
+    per_step["host"] = wall - per_step["encoder"] - (seconds.get("kernels", 0.0) if ort_profile else run_s)
+    out["us_per_step"] = {k: round(1e6 * v / max(steps, 1), 1) for k, v in per_step.items()}
+    out["sentences_per_s"] = round(len(ids) / wall, 1)
+    return out
+
+
+def triton_wall(repo: Path, texts: list[str], batch: int) -> float:
+    """Seconds for ``texts`` through the served ``translate`` model, requests of ``batch``."""
+    import tritonclient.grpc as grpcclient
+
+    from nmtserve.server.launcher import ServerConfig, TritonServer
+
+    def inputs(chunk):
+        text = grpcclient.InferInput("TEXT", [len(chunk)], "BYTES")
+        text.set_data_from_numpy(np.array([t.encode() for t in chunk], dtype=np.object_))
+        length = grpcclient.InferInput("MAX_LENGTH", [1], "INT32")
+        length.set_data_from_numpy(np.array([MAX_NEW], dtype=np.int32))
+        return [text, length]
+
+    with TritonServer(ServerConfig.on_free_ports(repo)) as server:
+        client = grpcclient.InferenceServerClient(server.urls.grpc_address)
+        client.infer("translate", inputs(texts[:batch]))  # warm-up
+        start = time.perf_counter()
+        for at in range(0, len(texts), batch):
+            client.infer("translate", inputs(texts[at:at + batch]))
+        return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", default="demo,student,base")
+    parser.add_argument("--precisions", default="fp32,int8")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--sentences", type=int, default=128)
+    parser.add_argument("--one", type=int, default=32, help="one-sentence requests")
+    parser.add_argument("--no-ort-profile", action="store_true")
+    parser.add_argument("--no-triton", action="store_true")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    from nmtserve.model.tokenizer import load_tokenizer
+    from nmtserve.runtime.spec import ModelSpec
+
+    report: dict = {"cpu_flags": _cpu_flags(), "threads": args.threads, "beam": BEAM, "max_new_tokens": MAX_NEW}
+    with tempfile.TemporaryDirectory(prefix="nmtserve-step-profile-") as name:
+        tmp = Path(name)
+        for shape in args.shapes.split(","):
+            model_dir = checkpoint_dir(shape, tmp)
+            texts = sentences(shape, max(args.sentences, args.one))
+            for precision in args.precisions.split(","):
+                repo = tmp / f"{shape}-{precision}" / "model_repository"
+                started = time.perf_counter()
+                export_shape(model_dir, repo, precision, texts)
+                art = repo / "generate" / "1"
+                spec = ModelSpec.load(art / "model.json")
+                tok = load_tokenizer(art, spec)
+                ids = [tok.encode(t) for t in texts]
+                entry: dict = {"export_s": round(time.perf_counter() - started, 1)}
+                for load, batch, n in (("one_sentence", 1, args.one), ("full_batch", args.batch, args.sentences)):
+                    workdir = tmp / f"{shape}-{precision}-{load}"
+                    workdir.mkdir()
+                    entry[load] = profile_engine(art, ids[:n], batch, args.threads, not args.no_ort_profile, workdir)
+                    if not args.no_triton:
+                        served = triton_wall(repo, texts[:n], batch)
+                        bare = profile_engine(art, ids[:n], batch, args.threads, False, workdir)["wall_s"]
+                        entry[load]["triton_wall_s"] = round(served, 3)
+                        entry[load]["engine_wall_s_unprofiled"] = bare
+                        entry[load]["hops_ms_per_request"] = round(1000 * (served - bare) / entry[load]["requests"], 2)
+                report[f"{shape}/{precision}"] = entry
+                print(f"{shape}/{precision}", json.dumps(entry, indent=1), flush=True)
+    print(_table(report))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+
+
+def _cpu_flags() -> str:
+    try:
+        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
+    except (OSError, StopIteration):
+        return ""
+    wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8")
+    return " ".join(f for f in wanted if f" {f}" in flags)
+
+
+def _table(report: dict) -> str:
+    parts = ("kernels", "ort_overhead", "search", "cache", "loop", "host")
+    lines = ["| shape / precision / load | steps | " + " | ".join(f"{p} us/step" for p in parts)
+             + " | encoder us/step | nodes/run | Triton hops ms/request |",
+             "|---" * (len(parts) + 5) + "|"]
+    for key, entry in report.items():
+        if "/" not in key:
+            continue
+        for load in ("one_sentence", "full_batch"):
+            e = entry[load]
+            us = e["us_per_step"]
+            lines.append(f"| {key} / {load} | {e['steps']} | " + " | ".join(str(us[p]) for p in parts)
+                         + f" | {us['encoder']} | {e.get('nodes_per_run', '')} | {e.get('hops_ms_per_request', '')} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
