@@ -136,24 +136,30 @@ def setup_demo(tmp: Path, counts: Counts, wanted: set[str]) -> Size:
     return size
 
 
-def setup_base(tmp: Path, counts: Counts, wanted: set[str]) -> Size:
+def _setup_marian(name: str, config: dict, info: str, tmp: Path, counts: Counts, wanted: set[str]) -> Size:
+    """A random Marian of ``config`` (bench/_marian_base.py) built and fed to every engine."""
     import _marian_base as mb
 
     from nmtserve.model.importers.marian import load_marian
 
     started = time.perf_counter()
-    marian = mb.build_marian(tmp / "marian")
-    log.info("base: random Marian built in %.0f s", time.perf_counter() - started)
+    marian = mb.build_marian(tmp / name, config=config)
+    log.info("%s: random Marian built in %.0f s", name, time.perf_counter() - started)
     ckpt = load_marian(marian)
-    size = Size("base", marian, ckpt, mb.base_sentences(counts.need()), counts, reference="transformers",
-                info={"model": "random opus-mt-base-shaped Marian (bench/_marian_base.py: d_model 512, 6+6 "
-                               "layers, 8 heads, FFN 2048, vocabulary 58,101, seeded)",
-                      "max_length": f"{counts.max_new_tokens} new tokens"})
+    size = Size(name, marian, ckpt, mb.base_sentences(counts.need()), counts, reference="transformers",
+                info={"model": info, "max_length": f"{counts.max_new_tokens} new tokens"})
     if wanted & set(CT2_ROWS):
-        vocab = mb.convert_ct2(marian, tmp / "ct2")
-        size.ct2_dir = tmp / "ct2"
+        size.ct2_dir = tmp / f"ct2-{name}"
+        vocab = mb.convert_ct2(marian, size.ct2_dir)
         size.ct2_decoder = lambda tr, beam: mb.ct2_decoder(tr, vocab, beam, counts.max_new_tokens)
     return size
+
+
+def setup_base(tmp: Path, counts: Counts, wanted: set[str]) -> Size:
+    import _marian_base as mb
+
+    return _setup_marian("base", mb.BASE_CONFIG, "random opus-mt-base-shaped Marian (bench/_marian_base.py: "
+                         "d_model 512, 6+6 layers, 8 heads, FFN 2048, vocabulary 58,101, seeded)", tmp, counts, wanted)
 
 
 def setup_student(tmp: Path, counts: Counts, wanted: set[str]) -> Size:
@@ -161,21 +167,8 @@ def setup_student(tmp: Path, counts: Counts, wanted: set[str]) -> Size:
     and fed to every engine as the base size is."""
     import _marian_base as mb
 
-    from nmtserve.model.importers.marian import load_marian
-
-    started = time.perf_counter()
-    marian = mb.build_marian(tmp / "student", config=mb.STUDENT_CONFIG)
-    log.info("student: random Marian built in %.0f s", time.perf_counter() - started)
-    ckpt = load_marian(marian)
-    size = Size("student", marian, ckpt, mb.base_sentences(counts.need()), counts, reference="transformers",
-                info={"model": "random Bergamot-tiny-shaped Marian (bench/_marian_base.py: d_model 256, 6+2 "
-                               "layers, 8 heads, FFN 1536, vocabulary 32,000, seeded)",
-                      "max_length": f"{counts.max_new_tokens} new tokens"})
-    if wanted & set(CT2_ROWS):
-        vocab = mb.convert_ct2(marian, tmp / "ct2-student")
-        size.ct2_dir = tmp / "ct2-student"
-        size.ct2_decoder = lambda tr, beam: mb.ct2_decoder(tr, vocab, beam, counts.max_new_tokens)
-    return size
+    return _setup_marian("student", mb.STUDENT_CONFIG, "random Bergamot-tiny-shaped Marian (bench/_marian_base.py: "
+                         "d_model 256, 6+2 layers, 8 heads, FFN 1536, vocabulary 32,000, seeded)", tmp, counts, wanted)
 
 
 @dataclass
