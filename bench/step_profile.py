@@ -15,29 +15,35 @@ decodes, beam 4:
   ``--batch`` x 4 rows).
 
 The engine's time is split by instruments around its parts (this script wraps them; the engine
-is not changed):
+is not changed), each as microseconds per decoder step (a step runs every row of the running
+batch once), from a run **without** ONNX Runtime's profiler (the profiler writes an event per
+node: it made the demo's one-sentence decode 4x slower, so its kernel times are not used for the
+split):
 
-* ``kernels``: ONNX Runtime's own profile of the decoder session (``enable_profiling``): the sum
-  of its nodes' kernel times;
-* ``ort_overhead``: the decoder's ``session.run`` wall time less the kernels: ONNX Runtime's
-  per-call and per-node work (input binding, allocation, the executor between nodes) and the
-  Python binding's conversion of the feeds;
+* ``session_run``: the decoder's ``session.run`` wall time, split into
+  * ``ort_overhead``: ONNX Runtime's per-call and per-node work (the Python binding's conversion
+    of the same feeds, input binding, the executor between nodes, the outputs' allocation),
+    measured by replaying every step's feeds through a **no-work twin**: a graph with the
+    decoder's inputs and a chain of as many cheap nodes as the optimized decoder runs
+    (``Shape`` then ``Add``s on a 2-element tensor), on the same session options;
+  * ``kernels``: the rest (``session_run`` less ``ort_overhead``): the graph's arithmetic;
 * ``search``: ``BeamBatch.advance`` (candidates, finished hypotheses, the length penalty,
   forced tokens and constraints);
 * ``cache``: the step's feeds (``_feeds``: the ancestor table's window, the masks), the new K/V
   into the pool (``_store_new_kv``) and the table's reordering by the parents;
-* ``loop``: the rest of the engine's loop (admission, retiring finished sentences, the
-  encoder, Python between the parts);
+* ``loop``: the rest of the engine's loop (admission, retiring finished sentences, Python
+  between the parts);
+* ``host`` = everything but ``kernels``: the figure that bounds a GPU;
+* ``encoder``: reported apart.
 
-each as microseconds per decoder step (a step runs every row of the running batch once), and
-``host`` = everything but the kernels, the figure that bounds a GPU. The encoder's time is
-reported apart. Profiling adds a timestamp per node, so ``kernels`` is a little high and the
-engine a little slower than unprofiled; ``--no-ort-profile`` measures the wall times without it.
+A second, profiled run gives the nodes per run (what the twin copies) and ONNX Runtime's own
+kernel sum (``profiled_kernels``, for reference: inflated at small shapes).
 
 **Triton hops**: the same sentences through the real ``tritonserver`` (model ``translate``,
 the tokenize -> generate -> detokenize ensemble, gRPC), one sentence at a time and in requests
-of ``--batch``; the difference to the engine's wall time, per request, is what the ensemble's
-Python-backend hops and gRPC cost.
+of ``--batch``, against the bare engine in the server's own CPU layout (``cpu_layout``: two
+decode loops of one thread on 2 cores); the difference, per request, is what the ensemble's
+Python-backend hops, tokenizing and gRPC cost.
 """
 
 from __future__ import annotations
@@ -104,6 +110,7 @@ def export_shape(model_dir: Path, repo: Path, precision: str, texts: list[str]) 
     gate = {}
     if precision == "int8" and model_dir.name != "en-fr-numbers":  # random weights: the gate says nothing
         source = repo.parent / f"gate-{precision}.en"
+        source.parent.mkdir(parents=True, exist_ok=True)
         source.write_text("\n".join(texts[:100]) + "\n", encoding="utf-8")
         gate = {"gate_source": source, "max_bleu_drop": 100.0}
     export(model_dir, ExportOptions(repository=repo, skip_parity=True, max_batch=64, max_target_len=200,
@@ -124,13 +131,39 @@ def kernel_seconds(profile: Path, skip_runs: int) -> tuple[float, int, int]:
     return sum(e["dur"] for e in kernels) / 1e6, len(kernels), len(runs) - skip_runs
 
 
+def no_work_twin(decoder: Path, nodes: int, threads: int):
+    """A session with the decoder's inputs and a chain of ``nodes`` nodes that do no work (``Shape``
+    of ``input_ids``, then ``Add``s of a 2-element tensor), on the served session options: what
+    ONNX Runtime costs per call and per node, whatever the graph computes."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    import nmtserve.runtime.onnxruntime as ortrt
+
+    graph = onnx.load(str(decoder), load_external_data=False).graph
+    names = [i.name for i in graph.input]
+    chain = [helper.make_node("Shape", ["input_ids"], ["n0"])]
+    chain += [helper.make_node("Add", [f"n{i}", f"n{i}"], [f"n{i + 1}"]) for i in range(max(nodes - 1, 0))]
+    out = helper.make_tensor_value_info(chain[-1].output[0], TensorProto.INT64, [2])
+    model = helper.make_model(helper.make_graph(chain, "twin", list(graph.input), [out]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    so = ortrt.session_options(threads)
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep every node
+    session = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    assert set(names) == {i.name for i in session.get_inputs()}
+    return session, out.name
+
+
 def profile_engine(art: Path, ids: list[list[int]], batch: int, threads: int, ort_profile: bool,
-                   workdir: Path) -> dict:
-    """Decode ``ids`` in requests of ``batch`` on a fresh engine with every part timed."""
+                   workdir: Path, workers: int = 1, capture: bool = False) -> dict:
+    """Decode ``ids`` in requests of ``batch`` on a fresh engine with every part timed (with
+    ``workers`` > 1: an ``EnginePool``, the server's layout, wall time only). ``capture``: keep
+    every decoder step's feeds (``out["feeds"]``) for the no-work twin."""
     import nmtserve.runtime.onnxruntime as ortrt
     from nmtserve.decoding import search as search_module
     from nmtserve.decoding.search import SearchOptions
-    from nmtserve.engine import InflightBatcher
+    from nmtserve.engine import EnginePool, InflightBatcher
     from nmtserve.engine import batcher as batcher_module
     from nmtserve.runtime.spec import ModelSpec
 
@@ -152,59 +185,83 @@ def profile_engine(art: Path, ids: list[list[int]], batch: int, threads: int, or
         ortrt.session_options = original_options
     decoder_run = model.decoder.run
     encoder_run = model.encoder.run
+    captured: list[dict] = []
 
     class Session:  # ort.InferenceSession's run is read-only on the object: stand in for it
         def __init__(self, run, part):
             self.run = run
             timers.wrap(self, "run", part)
 
+    def keep(names, feeds):
+        captured.append(dict(feeds))
+        return decoder_run(names, feeds)
+
     model.decoder_session, model.encoder_session = model.decoder, model.encoder
-    model.decoder, model.encoder = Session(decoder_run, "session_run"), Session(encoder_run, "encoder")
+    model.decoder = Session(keep if capture else decoder_run, "session_run")
+    model.encoder = Session(encoder_run, "encoder")
     saved = {}
-    for owner, name, part in ((search_module.BeamBatch, "advance", "search"),
-                              (batcher_module.InflightBatcher, "_feeds", "cache"),
-                              (batcher_module.InflightBatcher, "_store_new_kv", "cache"),
-                              (batcher_module.InflightBatcher, "_advance", "advance_all"),
-                              (batcher_module.InflightBatcher, "_step", "step")):
-        saved[(owner, name)] = getattr(owner, name)
-        timers.wrap(owner, name, part)
-    engine = InflightBatcher(model, max_sentences=64, max_beam=BEAM).start()
+    if workers == 1:
+        for owner, name, part in ((search_module.BeamBatch, "advance", "search"),
+                                  (batcher_module.InflightBatcher, "_feeds", "cache"),
+                                  (batcher_module.InflightBatcher, "_store_new_kv", "cache"),
+                                  (batcher_module.InflightBatcher, "_advance", "advance_all"),
+                                  (batcher_module.InflightBatcher, "_step", "step")):
+            saved[(owner, name)] = getattr(owner, name)
+            timers.wrap(owner, name, part)
+    engine = (InflightBatcher(model, max_sentences=64, max_beam=BEAM) if workers == 1 else
+              EnginePool(model, workers, max_sentences=64, max_beam=BEAM)).start()
     options = SearchOptions(beam_size=BEAM, max_length=MAX_NEW)
     try:
         engine.translate(ids[:batch], options, timeout=600)  # warm-up: arenas, first-run kernels
         timers.seconds.clear()
         timers.calls.clear()
-        steps_before = engine.stats["steps"]
+        captured.clear()
+        steps_before = engine.stats["steps"] if workers == 1 else 0
         start = time.perf_counter()
         for at in range(0, len(ids), batch):
             engine.translate(ids[at:at + batch], options, timeout=600)
         wall = time.perf_counter() - start
-        steps = engine.stats["steps"] - steps_before
+        steps = engine.stats["steps"] - steps_before if workers == 1 else 0
     finally:
         engine.stop()
         for (owner, name), fn in saved.items():
             setattr(owner, name, fn)
-    out = {"wall_s": round(wall, 3), "steps": steps, "requests": -(-len(ids) // batch)}
+    out: dict = {"wall_s": round(wall, 3), "steps": steps, "requests": -(-len(ids) // batch)}
+    if workers > 1:
+        return out
     seconds = dict(timers.seconds)
     if ort_profile:
         path = Path(model.decoder_session.end_profiling())
         kernels, nodes, runs = kernel_seconds(path, steps_before)
         out["nodes_per_run"] = round(nodes / max(runs, 1), 1)
-        seconds["kernels"] = kernels
-    per_step = {}
+        out["profiled_kernels_us_per_step"] = round(1e6 * kernels / max(steps, 1), 1)
     run_s = seconds.get("session_run", 0.0)
-    per_step["kernels"] = seconds.get("kernels", float("nan"))
-    per_step["ort_overhead"] = run_s - seconds.get("kernels", 0.0) if ort_profile else float("nan")
-    per_step["session_run"] = run_s
-    per_step["search"] = seconds.get("search", 0.0)
+    per_step = {"session_run": run_s, "search": seconds.get("search", 0.0)}
     # _advance holds the search's advance and the table's reordering
     per_step["cache"] = seconds.get("cache", 0.0) + seconds.get("advance_all", 0.0) - seconds.get("search", 0.0)
     per_step["encoder"] = seconds.get("encoder", 0.0)
     per_step["loop"] = wall - run_s - per_step["search"] - per_step["cache"] - per_step["encoder"]
-    per_step["host"] = wall - per_step["encoder"] - (seconds.get("kernels", 0.0) if ort_profile else run_s)
     out["us_per_step"] = {k: round(1e6 * v / max(steps, 1), 1) for k, v in per_step.items()}
     out["sentences_per_s"] = round(len(ids) / wall, 1)
+    if capture:
+        out["feeds"] = list(captured)
     return out
+
+
+def split_kernels(entry: dict, twin, twin_output: str) -> None:
+    """Replay every captured step's feeds through the no-work twin: ``ort_overhead``, ``kernels``
+    (the decoder's run less it) and ``host`` (everything but the kernels) per step."""
+    feeds = entry.pop("feeds")
+    for f in feeds[:3]:
+        twin.run([twin_output], f)  # warm-up
+    start = time.perf_counter()
+    for f in feeds:
+        twin.run([twin_output], f)
+    overhead = 1e6 * (time.perf_counter() - start) / max(entry["steps"], 1)
+    us = entry["us_per_step"]
+    us["ort_overhead"] = round(overhead, 1)
+    us["kernels"] = round(us["session_run"] - overhead, 1)
+    us["host"] = round(us["ort_overhead"] + us["search"] + us["cache"] + us["loop"], 1)
 
 
 def triton_wall(repo: Path, texts: list[str], batch: int) -> float:
@@ -237,7 +294,6 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--sentences", type=int, default=128)
     parser.add_argument("--one", type=int, default=32, help="one-sentence requests")
-    parser.add_argument("--no-ort-profile", action="store_true")
     parser.add_argument("--no-triton", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -262,13 +318,23 @@ def main() -> None:
                 for load, batch, n in (("one_sentence", 1, args.one), ("full_batch", args.batch, args.sentences)):
                     workdir = tmp / f"{shape}-{precision}-{load}"
                     workdir.mkdir()
-                    entry[load] = profile_engine(art, ids[:n], batch, args.threads, not args.no_ort_profile, workdir)
+                    profiled = profile_engine(art, ids[:n], batch, args.threads, True, workdir)
+                    nodes = int(profiled["nodes_per_run"])
+                    result = profile_engine(art, ids[:n], batch, args.threads, False, workdir, capture=True)
+                    twin, twin_output = no_work_twin(art / "decoder.onnx", nodes, args.threads)
+                    split_kernels(result, twin, twin_output)
+                    result["nodes_per_run"] = nodes
+                    result["profiled_kernels_us_per_step"] = profiled["profiled_kernels_us_per_step"]
+                    entry[load] = result
                     if not args.no_triton:
+                        from nmtserve.server.triton_models import cpu_layout
+
+                        workers, threads = cpu_layout("inprocess")
                         served = triton_wall(repo, texts[:n], batch)
-                        bare = profile_engine(art, ids[:n], batch, args.threads, False, workdir)["wall_s"]
-                        entry[load]["triton_wall_s"] = round(served, 3)
-                        entry[load]["engine_wall_s_unprofiled"] = bare
-                        entry[load]["hops_ms_per_request"] = round(1000 * (served - bare) / entry[load]["requests"], 2)
+                        bare = profile_engine(art, ids[:n], batch, threads or 1, False, workdir, workers=workers)
+                        result["triton_wall_s"] = round(served, 3)
+                        result["engine_wall_s_server_layout"] = bare["wall_s"]
+                        result["hops_ms_per_request"] = round(1000 * (served - bare["wall_s"]) / result["requests"], 2)
                 report[f"{shape}/{precision}"] = entry
                 print(f"{shape}/{precision}", json.dumps(entry, indent=1), flush=True)
     print(_table(report))
@@ -286,7 +352,7 @@ def _cpu_flags() -> str:
 
 
 def _table(report: dict) -> str:
-    parts = ("kernels", "ort_overhead", "search", "cache", "loop", "host")
+    parts = ("kernels", "ort_overhead", "search", "cache", "loop", "host")  # unprofiled
     lines = ["| shape / precision / load | steps | " + " | ".join(f"{p} us/step" for p in parts)
              + " | encoder us/step | nodes/run | Triton hops ms/request |",
              "|---" * (len(parts) + 5) + "|"]

@@ -23,6 +23,16 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   python -m pip install -q -e ".[$extras]"
   echo "$want" > "$stamp"
 fi
+# The compiled search step (native/: C++ with pybind11, built by scikit-build-core with the
+# machine's g++ and cmake; nmtserve/decoding/native.py): rebuilt when its sources change.
+# NMTSERVE_NATIVE=0 skips it (nmtserve then takes its Python search).
+native_stamp=".venv/.nmtserve-native"
+native_want="$(cat native/pyproject.toml native/CMakeLists.txt native/src/* | sha256sum | cut -d' ' -f1)"
+if [ "${NMTSERVE_NATIVE:-1}" != 0 ] && { [ ! -f "$native_stamp" ] || [ "$(cat "$native_stamp")" != "$native_want" ]; }; then
+  echo "==> building nmtserve_native (native/: the compiled search step)" >&2
+  python -m pip install -q ./native
+  echo "$native_want" > "$native_stamp"
+fi
 # The tests that check the GPU code against TensorRT's real Python API read these wheels (not
 # installed: the bindings need libnvinfer, and a stubs-only "tensorrt" would look importable).
 if [[ ",$extras," == *",test,"* ]] && [ ! -f .venv/tensorrt-api/.done ]; then

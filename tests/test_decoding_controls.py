@@ -273,6 +273,7 @@ def test_row_by_row_equals_vectorized_with_controls(seed):
     m = min(vocab - 1, 2 * k + 1)
     few, vec = (BeamBatch(k, bos_id=1, eos_id=eos, capacity=1, max_steps=4) for _ in range(2))
     few.few_rows, vec.few_rows = 8, 0
+    few.native = vec.native = False  # the two Python steps (tests/test_native_search.py: the compiled one)
 
     def join() -> None:
         n = int(rng.integers(0, 3))
@@ -334,11 +335,12 @@ def _differential(**controls) -> str:
         for seed in range(3):
             for make in (PrefixModel, Dense32, lambda *a, **kw: Preselecting(*a, **kw, beam=opts.beam_size)):  # noqa: B023
                 for few in (0, 8):
-                    old, BeamBatch.few_rows = BeamBatch.few_rows, few
+                    old = BeamBatch.few_rows, BeamBatch.native
+                    BeamBatch.few_rows, BeamBatch.native = few, False
                     try:
                         res = run(make(4, 23, seed=seed, eos_boost=0.3), 4, opts, [3, 6, 2, 5], DIFF_PREFIXES)
                     finally:
-                        BeamBatch.few_rows = old
+                        BeamBatch.few_rows, BeamBatch.native = old
                     out.append([[(h.tokens, h.score.hex(), h.sum_logprobs.hex()) for h in r] for r in res])
     return hashlib.sha256(repr(out).encode()).hexdigest()
 

@@ -385,6 +385,7 @@ def test_a_few_rows_step_row_by_row_equals_the_vectorized_step(seed):
     m = min(vocab, 2 * k + 1)
     few, vec = (BeamBatch(k, bos_id=1, eos_id=eos, capacity=1, max_steps=4) for _ in range(2))
     few.few_rows, vec.few_rows = 8, 0
+    few.native = vec.native = False  # the two Python steps (tests/test_native_search.py: the compiled one)
 
     def join() -> None:
         n = int(rng.integers(0, 3))

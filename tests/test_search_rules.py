@@ -134,6 +134,7 @@ def test_row_by_row_equals_vectorized_under_every_rule(seed):
     m = min(vocab, 2 * k + 1)
     few, vec = (BeamBatch(k, bos_id=1, eos_id=eos, capacity=1, max_steps=4) for _ in range(2))
     few.few_rows, vec.few_rows = 8, 0
+    few.native = vec.native = False  # the two Python steps (tests/test_native_search.py: the compiled one)
     for _ in range(int(rng.integers(2, 6))):
         options = SearchOptions(beam_size=k, rule=["transformers", "fairseq", "opennmt"][int(rng.integers(0, 3))],
                                 length_penalty=float(rng.choice([0.0, 1.0])), max_length=int(rng.integers(2, 10)),

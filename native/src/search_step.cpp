@@ -1,0 +1,318 @@
+// The beam search's step in compiled code (issue 49): nmtserve.decoding.search.BeamBatch's
+// ranking of a step's candidates and its bookkeeping after them, on the batch's own arrays.
+//
+// The Python search (nmtserve/decoding/search.py) stays the reference and its text gives the
+// rules; this file repeats them rule for rule, in the same float64 arithmetic, so that a step
+// here leaves every array exactly as ``BeamBatch._advance_few`` / the vectorized step leave it
+// (tests/test_native_search.py checks it step by step, and the served decodes on the held-out
+// sets). A step is one call, ``step(state, ...)``, which ranks and applies; when a candidate
+// finishes it stops between the two and hands the ranking back: the finished hypotheses go to
+// their rows' pools in Python (rare, and the pools are Python objects), then ``apply`` follows.
+//
+// What stays in Python: the repetition controls, terminology constraints and the full-vocabulary
+// steps (fairseq's last step); a batch with any of them live takes the Python step.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+constexpr int kFairseq = 1;  // search.RULES index
+constexpr int kOpenNMT = 2;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// A C-contiguous view of one of the batch's arrays, checked for its dtype.
+template <typename T>
+struct View {
+  T *data = nullptr;
+  py::ssize_t dim1 = 1, dim2 = 1;  // sizes of the trailing dimensions (row stride = dim1 * dim2)
+  py::array keep;
+
+  View() = default;
+  View(const py::object &array, const char *name) {
+    auto a = py::array::ensure(array);
+    if (!a || !py::isinstance<py::array_t<T>>(a) || !(a.flags() & py::array::c_style)) {
+      throw std::invalid_argument(std::string("BeamBatch.") + name + " has an unexpected dtype or layout");
+    }
+    keep = a;
+    data = static_cast<T *>(a.mutable_data());
+    if (a.ndim() > 1) dim1 = a.shape(1);
+    if (a.ndim() > 2) dim2 = a.shape(2);
+  }
+  T &operator()(py::ssize_t i) const { return data[i]; }
+  T &operator()(py::ssize_t i, py::ssize_t j) const { return data[i * dim1 + j]; }
+  T &operator()(py::ssize_t i, py::ssize_t j, py::ssize_t k) const { return data[(i * dim1 + j) * dim2 + k]; }
+};
+
+template <typename T>
+View<T> field(const py::object &batch, const char *name) {
+  return View<T>(batch.attr(name), name);
+}
+
+// The batch's arrays, viewed once (``BeamBatch._grow`` makes a new Step when it replaces them).
+struct Step {
+  py::ssize_t k;
+  int64_t eos;
+  View<double> scores, penalty, pool_worst, cumulative;
+  View<int64_t> tokens, parents, t, max_len, min_len, n_forced, prompt, pool_size, pool_capacity, loop_repeats,
+      loop_ngram;
+  View<int8_t> rule, stopping;
+  View<bool> done, top_finished;
+  View<int32_t> sequences, forced;
+  View<int16_t> aligned;
+  // The last ranking, (b, n) row-major: what ``apply`` applies.
+  py::ssize_t ranked_rows = 0, n = 0;
+  std::vector<int64_t> top_beam, top_token;
+  std::vector<double> top_score;
+  std::vector<char> ends, finishing;
+  std::vector<std::pair<double, int64_t>> cands;
+  std::vector<int64_t> parents_buf, tokens_buf;
+  std::vector<double> scores_buf;
+  std::vector<int32_t> seq_copy;
+  std::vector<int16_t> aligned_copy;
+  std::vector<double> cumulative_copy;
+
+  explicit Step(const py::object &o)
+      : k(o.attr("k").cast<py::ssize_t>()),
+        eos(o.attr("eos_id").cast<int64_t>()),
+        scores(field<double>(o, "scores")),
+        penalty(field<double>(o, "penalty")),
+        pool_worst(field<double>(o, "pool_worst")),
+        cumulative(field<double>(o, "cumulative")),
+        tokens(field<int64_t>(o, "tokens")),
+        parents(field<int64_t>(o, "parents")),
+        t(field<int64_t>(o, "t")),
+        max_len(field<int64_t>(o, "max_len")),
+        min_len(field<int64_t>(o, "min_len")),
+        n_forced(field<int64_t>(o, "n_forced")),
+        prompt(field<int64_t>(o, "prompt")),
+        pool_size(field<int64_t>(o, "pool_size")),
+        pool_capacity(field<int64_t>(o, "pool_capacity")),
+        loop_repeats(field<int64_t>(o, "loop_repeats")),
+        loop_ngram(field<int64_t>(o, "loop_ngram")),
+        rule(field<int8_t>(o, "rule")),
+        stopping(field<int8_t>(o, "stopping")),
+        done(field<bool>(o, "done")),
+        top_finished(field<bool>(o, "top_finished")),
+        sequences(field<int32_t>(o, "sequences")),
+        forced(field<int32_t>(o, "forced")),
+        aligned(field<int16_t>(o, "aligned")),
+        parents_buf(k), tokens_buf(k), scores_buf(k) {}
+
+  // The length the penalty sees: generated tokens after the prompt; OpenNMT's counts the start token.
+  int64_t counted(py::ssize_t row) const {
+    return std::max<int64_t>(t(row) + 1 - prompt(row), 1) + (rule(row) == kOpenNMT ? 1 : 0);
+  }
+
+  // Whether the candidate ``token`` from ``beam`` makes the hypothesis end with the same block of
+  // n <= loop_ngram tokens written loop_repeats times in a row (search.BeamBatch._loops_one).
+  bool looped(py::ssize_t row, int64_t step, int64_t beam, int64_t token) const {
+    const int64_t repeats = loop_repeats(row);
+    const int32_t *seq = &sequences(row, beam, 0);
+    for (int64_t n = 1; n <= loop_ngram(row); ++n) {
+      if (step + 1 < repeats * n || token != seq[step - n]) continue;
+      bool periodic = true;
+      for (int64_t i = step + 1 - (repeats - 1) * n; i < step && periodic; ++i) periodic = seq[i] == seq[i - n];
+      if (periodic) return true;
+    }
+    return false;
+  }
+
+  // search.BeamBatch._cannot_improve_one, after this step's pool and top_finished.
+  bool cannot_improve(py::ssize_t row, double best_running, int64_t counted_length) const {
+    if (pool_size(row) < pool_capacity(row)) return false;
+    if (rule(row) == kOpenNMT) return top_finished(row);
+    const int stop = stopping(row);
+    if (stop == 1) return true;
+    const double p = penalty(row);
+    const double length = (stop == 2 && p > 0) ? static_cast<double>(max_len(row) - prompt(row))
+                                                : static_cast<double>(counted_length);
+    return best_running / std::pow(length, p) <= pool_worst(row);
+  }
+
+  // Rows [0, b) ranked: each row's best n = min(2K, K m) continuations (score desc, then the lower
+  // index in the (K, V) layout), forced prefix tokens, OpenNMT's cut, which end the hypothesis
+  // (EOS or the loop cut) and which finish. Returns whether any finishes.
+  bool rank(py::ssize_t b, const double *val, const int64_t *tok, py::ssize_t m, int64_t vocab, bool loops) {
+    ranked_rows = b;
+    n = std::min<py::ssize_t>(2 * k, k * m);
+    const size_t size = static_cast<size_t>(b * n);
+    top_beam.resize(size);
+    top_token.resize(size);
+    top_score.resize(size);
+    ends.resize(size);
+    finishing.resize(size);
+    cands.resize(static_cast<size_t>(k * m));
+    bool any = false;
+    for (py::ssize_t row = 0; row < b; ++row) {
+      const int64_t step = t(row);
+      const bool no_eos = step < min_len(row);  // below min_length EOS has probability 0
+      const bool only_eos = rule(row) == kFairseq && step + 1 >= max_len(row);
+      for (py::ssize_t beam = 0; beam < k; ++beam) {
+        const double running = scores(row, beam);
+        const double *v = val + (row * k + beam) * m;
+        const int64_t *id = tok + (row * k + beam) * m;
+        bool forced_eos = false;  // fairseq's last step: EOS or nothing, where EOS is a candidate
+        if (only_eos) forced_eos = std::find(id, id + m, eos) != id + m;
+        for (py::ssize_t j = 0; j < m; ++j) {
+          const bool banned = (no_eos && id[j] == eos) || (forced_eos && id[j] != eos);
+          cands[beam * m + j] = {-(running + (banned ? -kInf : v[j])), beam * vocab + id[j]};
+        }
+      }
+      std::partial_sort(cands.begin(), cands.begin() + n, cands.end());
+      const bool forcing = step < n_forced(row);
+      const bool at_max = step + 1 >= max_len(row);
+      const bool opennmt = rule(row) == kOpenNMT;
+      const bool loop_cut = loops && loop_repeats(row) && step >= n_forced(row);
+      for (py::ssize_t j = 0; j < n; ++j) {
+        int64_t beam = cands[j].second / vocab, token = cands[j].second % vocab;
+        double score = -cands[j].first;
+        if (opennmt && j >= k) score = -kInf;  // OpenNMT keeps its top K candidates only
+        if (forcing) {  // a prefix token: every beam continues itself with it, adding 0
+          beam = j < k ? j : 0;
+          token = forced(row, step);
+          score = j < k ? scores(row, j) : -kInf;
+        }
+        const bool end = token == eos || (loop_cut && looped(row, step, beam, token));
+        const size_t at = static_cast<size_t>(row * n + j);
+        top_beam[at] = beam;
+        top_token[at] = token;
+        top_score[at] = score;
+        ends[at] = end;
+        finishing[at] = j < k && (end || at_max) && score > -kInf;
+        any = any || finishing[at];
+      }
+    }
+    return any;
+  }
+
+  // The last ranking applied to rows [0, b) once its finishing candidates are in their pools: the
+  // first K candidates that run on become the beams (dead ones: EOS, parent 0, -inf), each beam's
+  // tokens (alignments, running scores) follow its parent, and the stopping rules mark ``done``.
+  void apply(const int16_t *attention, bool confidence) {
+    const py::ssize_t b = ranked_rows;
+    int64_t width = 0;  // reorder only the steps some row has taken (as the vectorized step)
+    for (py::ssize_t row = 0; row < b; ++row) width = std::max(width, t(row));
+    seq_copy.resize(static_cast<size_t>(k * width));
+    if (attention) aligned_copy.resize(static_cast<size_t>(k * width));
+    if (confidence) cumulative_copy.resize(static_cast<size_t>(k * width));
+    for (py::ssize_t row = 0; row < b; ++row) {
+      const int64_t step = t(row);
+      py::ssize_t chosen = 0;
+      for (py::ssize_t j = 0; j < n && chosen < k; ++j) {
+        const size_t at = static_cast<size_t>(row * n + j);
+        if (ends[at]) continue;
+        parents_buf[chosen] = top_beam[at];
+        tokens_buf[chosen] = top_token[at];
+        scores_buf[chosen] = top_score[at];
+        ++chosen;
+      }
+      for (; chosen < k; ++chosen) {  // dead beams
+        parents_buf[chosen] = 0;
+        tokens_buf[chosen] = eos;
+        scores_buf[chosen] = -kInf;
+      }
+      for (py::ssize_t beam = 0; beam < k; ++beam) {
+        const int64_t parent = parents_buf[beam];
+        std::copy_n(&sequences(row, parent, 0), width, &seq_copy[beam * width]);
+        if (attention) std::copy_n(&aligned(row, parent, 0), width, &aligned_copy[beam * width]);
+        if (confidence) std::copy_n(&cumulative(row, parent, 0), width, &cumulative_copy[beam * width]);
+      }
+      for (py::ssize_t beam = 0; beam < k; ++beam) {
+        std::copy_n(&seq_copy[beam * width], width, &sequences(row, beam, 0));
+        sequences(row, beam, step) = static_cast<int32_t>(tokens_buf[beam]);
+        if (attention) {
+          std::copy_n(&aligned_copy[beam * width], width, &aligned(row, beam, 0));
+          aligned(row, beam, step) = attention[row * k + parents_buf[beam]];
+        }
+        if (confidence) {
+          std::copy_n(&cumulative_copy[beam * width], width, &cumulative(row, beam, 0));
+          cumulative(row, beam, step) = scores_buf[beam];
+        }
+        tokens(row, beam) = tokens_buf[beam];
+        parents(row, beam) = parents_buf[beam];
+        scores(row, beam) = scores_buf[beam];
+      }
+      const int64_t counted_length = counted(row);
+      const bool at_max = step + 1 >= max_len(row);
+      t(row) = step + 1;
+      const size_t first = static_cast<size_t>(row * n);
+      top_finished(row) = n > 0 && ends[first] && top_score[first] > -kInf;
+      done(row) = at_max || cannot_improve(row, scores_buf[0], counted_length);
+    }
+  }
+
+  template <typename T>
+  py::array_t<T> ranked(const std::vector<T> &data) const {
+    py::array_t<T> out({ranked_rows, n});
+    std::copy(data.begin(), data.end(), out.mutable_data());
+    return out;
+  }
+
+  py::array_t<bool> ranked_flags(const std::vector<char> &data) const {
+    py::array_t<bool> out({ranked_rows, n});
+    bool *dst = out.mutable_data();
+    for (size_t i = 0; i < data.size(); ++i) dst[i] = data[i] != 0;
+    return out;
+  }
+};
+
+using Values = py::array_t<double, py::array::c_style | py::array::forcecast>;
+using Ids = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+using Attention = py::array_t<int16_t, py::array::c_style | py::array::forcecast>;
+
+const int16_t *attention_of(const py::object &attention, py::ssize_t b, py::ssize_t k, Attention &keep) {
+  if (attention.is_none()) return nullptr;
+  keep = Attention::ensure(attention);
+  if (!keep || keep.ndim() != 2 || keep.shape(0) < b || keep.shape(1) != k) {
+    throw std::invalid_argument("attention must be (size, K) source positions");
+  }
+  return keep.data();
+}
+
+// One step on Candidates: ranked, and applied at once unless a candidate finishes; then the ranking
+// comes back as (top_beam, top_token, top_score, finishing) for the pools, and ``apply`` follows.
+py::object step(Step &self, py::ssize_t b, const Values &values, const Ids &ids, int64_t vocab, bool loops,
+                bool confidence, const py::object &attention) {
+  if (values.ndim() != 3 || ids.ndim() != 3 || values.shape(0) != b || values.shape(1) != self.k ||
+      ids.shape(0) != b || ids.shape(1) != self.k || ids.shape(2) != values.shape(2)) {
+    throw std::invalid_argument("candidates must be (size, K, m) values and ids");
+  }
+  Attention keep;
+  const int16_t *positions = attention_of(attention, b, self.k, keep);
+  if (!self.rank(b, values.data(), ids.data(), values.shape(2), vocab, loops)) {
+    self.apply(positions, confidence);
+    return py::none();
+  }
+  return py::make_tuple(self.ranked(self.top_beam), self.ranked(self.top_token), self.ranked(self.top_score),
+                        self.ranked_flags(self.finishing));
+}
+
+void apply(Step &self, bool confidence, const py::object &attention) {
+  Attention keep;
+  self.apply(attention_of(attention, self.ranked_rows, self.k, keep), confidence);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(nmtserve_native, module) {
+  module.doc() = "nmtserve's compiled decode step: the beam search's ranking and bookkeeping (issue 49)";
+  module.attr("ABI") = 2;  // bumped when the interface changes: nmtserve.decoding.native refuses another
+  py::class_<Step>(module, "Step", "A BeamBatch's arrays, viewed once (a new one after the batch grows).")
+      .def(py::init<const py::object &>(), py::arg("batch"));
+  module.def("step", &step, py::arg("state"), py::arg("size"), py::arg("values"), py::arg("ids"), py::arg("vocab"),
+             py::arg("loops"), py::arg("confidence"), py::arg("attention") = py::none(),
+             "One step on candidates; None when applied, else (top_beam, top_token, top_score, finishing) (b, n).");
+  module.def("apply", &apply, py::arg("state"), py::arg("confidence"), py::arg("attention") = py::none(),
+             "The last ranking applied once its finishing candidates are in their pools.");
+}
