@@ -303,16 +303,41 @@ void apply(Step &self, bool confidence, const py::object &attention) {
   self.apply(attention_of(attention, self.ranked_rows, self.k, keep), confidence);
 }
 
+// The engine's ancestor table after a step (engine.batcher: ``_Group.table`` (capacity, K, T),
+// int32): rows [0, b) over times [lo, hi) follow their beams' parents (``BeamBatch.parents``).
+void follow_parents(const py::array_t<int32_t, py::array::c_style> &table_obj,
+                    const py::array_t<int64_t, py::array::c_style> &parents_obj, py::ssize_t b, py::ssize_t lo,
+                    py::ssize_t hi) {
+  py::array_t<int32_t, py::array::c_style> table = table_obj;
+  if (table.ndim() != 3 || parents_obj.ndim() != 2 || parents_obj.shape(1) != table.shape(1) ||
+      b > table.shape(0) || b > parents_obj.shape(0) || lo < 0 || hi > table.shape(2) || lo > hi) {
+    throw std::invalid_argument("follow_parents: table (capacity, K, T), parents (capacity, K), 0 <= lo <= hi <= T");
+  }
+  const py::ssize_t k = table.shape(1), time = table.shape(2), width = hi - lo;
+  int32_t *data = table.mutable_data();
+  const int64_t *parents = parents_obj.data();
+  std::vector<int32_t> copy(static_cast<size_t>(k * width));
+  for (py::ssize_t row = 0; row < b; ++row) {
+    int32_t *rows = data + row * k * time;
+    for (py::ssize_t beam = 0; beam < k; ++beam) {
+      std::copy_n(rows + parents[row * k + beam] * time + lo, width, &copy[beam * width]);
+    }
+    for (py::ssize_t beam = 0; beam < k; ++beam) std::copy_n(&copy[beam * width], width, rows + beam * time + lo);
+  }
+}
+
 }  // namespace
 
 PYBIND11_MODULE(nmtserve_native, module) {
   module.doc() = "nmtserve's compiled decode step: the beam search's ranking and bookkeeping (issue 49)";
-  module.attr("ABI") = 2;  // bumped when the interface changes: nmtserve.decoding.native refuses another
+  module.attr("ABI") = 3;  // bumped when the interface changes: nmtserve.decoding.native refuses another
   py::class_<Step>(module, "Step", "A BeamBatch's arrays, viewed once (a new one after the batch grows).")
       .def(py::init<const py::object &>(), py::arg("batch"));
   module.def("step", &step, py::arg("state"), py::arg("size"), py::arg("values"), py::arg("ids"), py::arg("vocab"),
              py::arg("loops"), py::arg("confidence"), py::arg("attention") = py::none(),
              "One step on candidates; None when applied, else (top_beam, top_token, top_score, finishing) (b, n).");
+  module.def("follow_parents", &follow_parents, py::arg("table"), py::arg("parents"), py::arg("size"), py::arg("lo"),
+             py::arg("hi"), "The engine's ancestor table: rows [0, size) over times [lo, hi) follow their parents.");
   module.def("apply", &apply, py::arg("state"), py::arg("confidence"), py::arg("attention") = py::none(),
              "The last ranking applied once its finishing candidates are in their pools.");
 }

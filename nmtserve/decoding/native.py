@@ -27,7 +27,7 @@ from types import ModuleType
 
 log = logging.getLogger(__name__)
 
-ABI = 2  # the nmtserve_native.ABI this module was written for
+ABI = 3  # the nmtserve_native.ABI this module was written for
 
 
 def _load() -> ModuleType | None:

@@ -371,6 +371,9 @@ class BeamBatch:
         self.progress: list[list[Progress]] = []
         self._controls = self._loops = False
         self._confidence = False  # whether any row ever asked for token log-probabilities
+        # Whether any row ever was "fairseq" or constrained: until then no step needs the full
+        # log-probs, and ``wants_log_probs`` answers without looking at the rows.
+        self._full_steps = False
         # Sentence-steps on ``Candidates`` where a control's result could not be shown to equal the
         # full-vocabulary search's (the module's text); the known candidates were ranked.
         self.inexact_steps = 0
@@ -453,6 +456,7 @@ class BeamBatch:
         self.loop_repeats[row], self.loop_ngram[row] = options.loop_repeats, options.loop_ngram
         self._controls |= options.controls
         self._loops |= options.loop_repeats > 0
+        self._full_steps |= options.rule == "fairseq" or bool(constraints)
         self.pools.append(_Finished(max(options.n_finished, capacity)))
         self.options.append(options)
         if constraints and (self.n_forced[row] or options.rule != "transformers"):
@@ -644,7 +648,7 @@ class BeamBatch:
     def wants_log_probs(self) -> bool:
         """Whether this step needs every token's log-probability, not just ``Candidates``: a
         "fairseq" row at its last step, where EOS is forced whether or not it is a candidate."""
-        return bool(self._eos_forced().any() or self.constrained[: self.size].any())
+        return self._full_steps and bool(self._eos_forced().any() or self.constrained[: self.size].any())
 
     def _advance_constrained(self, row: int, log_probs: np.ndarray, scores: np.ndarray, sequences: np.ndarray,
                              t: int, totals: np.ndarray | None = None) -> None:

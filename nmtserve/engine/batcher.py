@@ -57,6 +57,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .. import defaults, graphs
+from ..decoding import native
 from ..decoding.constraints import Constraint
 from ..decoding.search import (
     NO_PREFIX,
@@ -515,8 +516,11 @@ class InflightBatcher:
         else:
             group.search.advance(Candidates(self.arrays.asnumpy(out["top_log_probs"][..., :m]),
                                             self.arrays.asnumpy(out["top_ids"][..., :m]), self.spec.vocab), attention)
-        window = group.table[:b, :, t_lo : g + 1]
-        group.table[:b, :, t_lo : g + 1] = window[np.arange(b)[:, None], group.search.parents[:b]]
+        if group.search.native:  # compiled (nmtserve.decoding.native), as the search's step
+            native.module.follow_parents(group.table, group.search.parents, b, t_lo, g + 1)
+        else:
+            window = group.table[:b, :, t_lo : g + 1]
+            group.table[:b, :, t_lo : g + 1] = window[np.arange(b)[:, None], group.search.parents[:b]]
 
     def _retire_finished(self, beam: int, group: _Group) -> None:
         done = np.flatnonzero(group.search.done[: group.size])
