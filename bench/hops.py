@@ -1,6 +1,7 @@
 """What the ensemble's hops cost one sentence (issue 49, deliverable 3).
 
     python bench/hops.py --repository REPO [--sentences 60] [--rounds 3]
+    python bench/hops.py --repository REPO --against REPO_TEXT_IN_GENERATE [--bulk 256]
 
 On one running ``tritonserver`` (the repository as exported), the same held-out sentences one
 request at a time, in alternating rounds:
@@ -11,6 +12,11 @@ request at a time, in alternating rounds:
 * ``tokenize`` and ``detokenize`` alone, for what each hop costs by itself.
 
 Prints p50 / p90 latency per path (ms) and the ensemble's cost over ``generate`` per request.
+
+``--against``: a second repository of the same model (``export --text-in-generate``: the
+ensemble as one step), both servers up at once and measured in turn, round by round: the
+one-sentence ``translate`` latency and a bulk pass (``--bulk`` sentences in requests of 32) on
+each, with the ratios per round and whether both answered the same.
 """
 
 from __future__ import annotations
@@ -33,8 +39,12 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-length", type=int, default=64)
+    parser.add_argument("--against", type=Path, help="a second repository, measured in turn with the first")
+    parser.add_argument("--bulk", type=int, default=256)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    if args.against:
+        return against(args)
     import tritonclient.grpc as grpcclient
 
     from nmtserve.server.launcher import ServerConfig, TritonServer
@@ -83,6 +93,55 @@ def main() -> None:
               for name, v in times.items()}
     report["ensemble_over_generate_ms"] = round(report["translate"]["p50_ms"] - report["generate"]["p50_ms"], 3)
     print(json.dumps(report, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+
+
+def against(args) -> None:
+    """Two repositories' ``translate``, one sentence at a time and in bulk, round by round."""
+    import tritonclient.grpc as grpcclient
+
+    from nmtserve.server.launcher import ServerConfig, TritonServer
+
+    lines = (ROOT / "models" / "en-fr-numbers" / "test.en").read_text(encoding="utf-8").splitlines()
+    one, bulk = lines[: args.sentences], lines[: args.bulk]
+
+    def request(texts):
+        text = grpcclient.InferInput("TEXT", [len(texts)], "BYTES")
+        text.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=np.object_))
+        return [text]
+
+    names = (str(args.repository), str(args.against))
+    report: dict = {"repositories": names, "rounds": []}
+    with TritonServer(ServerConfig.on_free_ports(args.repository)) as a, \
+            TritonServer(ServerConfig.on_free_ports(args.against)) as b:
+        clients = [grpcclient.InferenceServerClient(s.urls.grpc_address) for s in (a, b)]
+        answers: list[list] = [[], []]
+        for client in clients:
+            client.infer("translate", request(one[:4]))  # warm-up
+        for _ in range(args.rounds):
+            entry = {}
+            for i, client in enumerate(clients):
+                latencies, out = [], []
+                for s in one:
+                    start = time.perf_counter()
+                    out.append(client.infer("translate", request([s])).as_numpy("TRANSLATION").tolist())
+                    latencies.append(1000 * (time.perf_counter() - start))
+                start = time.perf_counter()
+                for at in range(0, len(bulk), 32):
+                    out.append(client.infer("translate", request(bulk[at:at + 32])).as_numpy("TRANSLATION").tolist())
+                seconds = time.perf_counter() - start
+                answers[i] = out
+                entry[names[i]] = {"p50_ms": round(statistics.median(latencies), 3),
+                                   "p90_ms": round(float(np.percentile(latencies, 90)), 3),
+                                   "bulk_sent_per_s": round(len(bulk) / seconds, 1)}
+            x, y = entry[names[0]], entry[names[1]]
+            entry["p50_first_over_second"] = round(x["p50_ms"] / y["p50_ms"], 3)
+            entry["bulk_second_over_first"] = round(y["bulk_sent_per_s"] / x["bulk_sent_per_s"], 3)
+            report["rounds"].append(entry)
+            print(json.dumps(entry), flush=True)
+        report["same_answers"] = answers[0] == answers[1]
+    print(json.dumps({"same_answers": report["same_answers"]}))
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
 

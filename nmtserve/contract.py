@@ -250,6 +250,14 @@ GENERATE_INPUTS = [*SOURCE_TENSORS, *OPTIONS,
 GENERATE_OUTPUTS = [Tensor(OUT_IDS, "TYPE_INT32", (-1, -1, -1)), Tensor(OUT_LEN, "TYPE_INT32", (-1, -1)),
                     Tensor(OUT_SCORE, "TYPE_FP32", (-1, -1)), Tensor(OUT_ALIGN, "TYPE_INT32", (-1, -1, -1)),
                     Tensor(OUT_LOGPROB, "TYPE_FP32", (-1, -1, -1))]
+# ``text_in_generate`` (RepositoryOptions): the ensemble is one step, generate, which takes the
+# ensemble's TEXT-side inputs and answers its outputs itself (tokenize and detokenize in its own
+# process); SRC_IDS/SRC_LEN stay for callers with their own ids (then the OUT_* come back).
+TEXT_IN_GENERATE_PARAMETER = "text_in_generate"
+TEXT_INPUT_NAMES = (TEXT, TARGET_PREFIX, SPLIT_SENTENCES, TERMS, SOURCE_LANG, TARGET_LANG)
+TEXT_GENERATE_INPUTS = [*(Tensor(t.name, t.triton_type, t.dims, optional=True) for t in GENERATE_INPUTS),
+                        Tensor(TEXT, "TYPE_STRING", (-1,), optional=True), TARGET_PREFIXES, SPLIT, TERM_TEXTS]
+TEXT_GENERATE_OUTPUTS = [*GENERATE_OUTPUTS, *TRANSLATE_OUTPUTS]
 # Without the layout (a caller with its own ids) each row is one element; with the request's TEXT
 # (and a multilingual model's languages, and its TERMS) each element's WARNING is checked.
 # OUT_ALIGN and the source ids (tokenize's SRC_IDS/SRC_LEN) give ALIGNMENT.

@@ -17,7 +17,7 @@ def export_main(args: argparse.Namespace) -> int:
         repository=Path(args.repository), name=args.name, target=args.target, precision=args.precision,
         max_batch=args.max_batch, max_source_len=args.max_source_len, max_target_len=args.max_target_len,
         beam_size=args.beam_size, parity_sentences=args.parity_sentences, skip_parity=args.skip_parity,
-        step_backend=args.step_backend, graph_models=args.graph_models, decoder_graph=args.decoder_graph, pair=args.pair or "",
+        step_backend=args.step_backend, graph_models=args.graph_models, text_in_generate=args.text_in_generate, decoder_graph=args.decoder_graph, pair=args.pair or "",
         max_bleu_drop=args.max_bleu_drop,
         gate_source=args.gate_source, gate_reference=args.gate_reference, gate_sentences=args.gate_sentences,
         gate_source_lang=args.gate_source_lang, gate_target_lang=args.gate_target_lang,

@@ -68,6 +68,7 @@ class ExportOptions:
     skip_parity: bool = False
     step_backend: str = ""  # how generate runs the graphs; "": the target's default
     graph_models: bool = False  # also serve encoder/decoder as models (RepositoryOptions)
+    text_in_generate: bool = False  # the ensemble as one step: text in and out of generate (RepositoryOptions)
     decoder_graph: str = ""  # DECODER_GRAPHS; "": fused on the cpu target, portable on the gpu target
     pair: str = ""  # "en-fr": add the model to the repository under its language pair (RepositoryOptions)
     tokenizer: Path | None = None  # the sentencepiece model of a checkpoint that does not record one
@@ -199,7 +200,7 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
         repo_opts = RepositoryOptions(name=opts.name, max_batch=opts.max_batch,
                                       max_beam=max(graphs.DEFAULT_MAX_BEAM, opts.beam_size), target=opts.target,
                                       step_backend=opts.step_backend, graph_models=opts.graph_models,
-                                      pair=opts.pair, **opts.limits)
+                                      text_in_generate=opts.text_in_generate, pair=opts.pair, **opts.limits)
         check_layout(opts.repository, repo_opts)
     except (ValueError, TypeError) as exc:
         raise ExportError(f"options: {exc}") from exc

@@ -70,6 +70,9 @@ class RepositoryOptions:
     # the `bls` step backend needs them). Off by default: each is a process holding a copy of
     # the weights (opus-mt-base: ~700 MB for the two) that the translation path never uses.
     graph_models: bool = False
+    # The ensemble as one step: generate tokenizes and detokenizes in its own process, no
+    # tokenize/detokenize hops (contract.TEXT_IN_GENERATE_PARAMETER; bench/hops.py measures it).
+    text_in_generate: bool = False
     # Shown in the ensemble's config parameters (what `GET /v2/models/<name>/config` returns):
     # the graphs' precision and the quality gate's one-line verdict (nmtserve.export.quality).
     precision: str = "fp32"
@@ -167,7 +170,8 @@ def _tensors(tensors: list[contract.Tensor]) -> list[str]:
     return [_tensor(t.name, t.triton_type, list(t.dims), optional=t.optional) for t in tensors]
 
 
-def _ensemble(name: str, params: dict[str, str], sfx: str = "", multilingual: bool = False) -> str:
+def _ensemble(name: str, params: dict[str, str], sfx: str = "", multilingual: bool = False,
+              text_in_generate: bool = False) -> str:
     def step(model: str, inputs: dict[str, str], outputs: dict[str, str]) -> str:
         ins = "".join(f'      input_map {{ key: "{k}" value: "{v}" }}\n' for k, v in inputs.items())
         outs = "".join(f'      output_map {{ key: "{k}" value: "{v}" }}\n' for k, v in outputs.items())
@@ -189,8 +193,10 @@ def _ensemble(name: str, params: dict[str, str], sfx: str = "", multilingual: bo
                                   **({t.name: t.name for t in c.LANGUAGES} if multilingual else {})},
              {t.name: t.name for t in c.TRANSLATE_OUTPUTS}),
     ]
-    text = f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 0\n'
     inputs = c.LANGUAGE_INPUTS if multilingual else c.TRANSLATE_INPUTS
+    if text_in_generate:  # one step: generate takes the text and answers it
+        steps = [step("generate" + sfx, {t.name: t.name for t in inputs}, {t.name: t.name for t in c.TRANSLATE_OUTPUTS})]
+    text = f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 0\n'
     text += _io("input", _tensors(inputs)) + _io("output", _tensors(c.TRANSLATE_OUTPUTS))
     text += "ensemble_scheduling {\n  step [\n" + ",\n".join(steps) + "\n  ]\n}\n"
     return text + _params(params)
@@ -245,12 +251,18 @@ def model_configs(dims: graphs.Dims, opts: RepositoryOptions,
     document = opts.name + contract.DOCUMENT_MODEL_SUFFIX
     multilingual = bool(opts.languages)
     tokenize_inputs = contract.MULTILINGUAL_TOKENIZE_INPUTS if multilingual else contract.TOKENIZE_INPUTS
+    generate_io = (_tensors(contract.GENERATE_INPUTS), _tensors(contract.GENERATE_OUTPUTS))
+    if opts.text_in_generate:  # tokenize's and detokenize's parameters go to generate too
+        languages = list(contract.LANGUAGES) if multilingual else []
+        generate_io = (_tensors([*contract.TEXT_GENERATE_INPUTS, *languages]), _tensors(contract.TEXT_GENERATE_OUTPUTS))
+        engine_params.update({k: v for k, v in tokenize_params.items() if k != "artifacts"})
+        engine_params[contract.TEXT_IN_GENERATE_PARAMETER] = "1"
+        engine_params[contract.PAIR_PARAMETER] = ensemble_params.get(contract.PAIR_PARAMETER, "")
     models = {
-        opts.name + sfx: (_ensemble(opts.name + sfx, ensemble_params, sfx, multilingual), None),
+        opts.name + sfx: (_ensemble(opts.name + sfx, ensemble_params, sfx, multilingual, opts.text_in_generate), None),
         "tokenize" + sfx: (_python_model("tokenize" + sfx, _tensors(tokenize_inputs),
                                          _tensors(contract.TOKENIZE_OUTPUTS), params=tokenize_params), "TokenizeModel"),
-        ARTIFACTS_MODEL + sfx: (_python_model(ARTIFACTS_MODEL + sfx, _tensors(contract.GENERATE_INPUTS),
-                                              _tensors(contract.GENERATE_OUTPUTS), params=engine_params,
+        ARTIFACTS_MODEL + sfx: (_python_model(ARTIFACTS_MODEL + sfx, *generate_io, params=engine_params,
                                               kind=engine_kind), "GenerateModel"),
         "detokenize" + sfx: (_python_model("detokenize" + sfx, _tensors(contract.DETOKENIZE_INPUTS),
                                            _tensors(contract.DETOKENIZE_OUTPUTS),

@@ -16,6 +16,7 @@ message), ``execute`` returns exactly one response per request, and a bad reques
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -66,6 +67,42 @@ def queue_limits(params: dict):
     return QueueLimits(max_queued=queued or None, timeout_s=timeout or None)
 
 
+class Tokenizer:
+    """What ``tokenize`` does to a request, on any source of inputs (``get(name)`` -> array or
+    None): ``tokenize`` the model, and ``generate`` when it takes TEXT itself (in-process text)."""
+
+    def __init__(self, params: dict, folder: Path) -> None:
+        from ..languages import describe
+        from ..model.tokenizer import load_tokenizer
+        from ..runtime.spec import SPEC_FILE, ModelSpec
+        from .protocol import RequestLimits
+
+        self.spec = ModelSpec.load(folder / SPEC_FILE)
+        self.tokenizer = load_tokenizer(folder, self.spec)
+        self.codes = list(getattr(self.tokenizer, "languages", None) or ())  # a multilingual model's
+        # The segmenter's rules follow the source language (ISO 639-1 where there is one).
+        self.iso = {lang.code: lang.iso for lang in describe(self.codes)} if self.codes else {}
+        self.limits = RequestLimits.from_params(params)
+
+    def arrays(self, get) -> dict[str, np.ndarray]:
+        """tokenize's outputs by name; raises InputError naming what is wrong."""
+        texts = decode_texts(get(c.TEXT))
+        self.limits.check(texts)
+        prefixes = decode_strings(c.TARGET_PREFIX, get(c.TARGET_PREFIX), len(texts), per_sentence=True)
+        split = parse_split(get(c.SPLIT_SENTENCES))
+        terms = parse_terms(get(c.TERMS), len(texts))
+        languages, segment_language = None, "en"
+        if self.codes:
+            languages = parse_languages(get(c.SOURCE_LANG), get(c.TARGET_LANG), len(texts), self.codes)
+            segment_language = self.iso.get(languages.source, "en")
+        arrays = tokenize_request(self.tokenizer, texts, self.spec, prefixes=prefixes, languages=languages,
+                                  split=split, segment_language=segment_language, terms=terms)
+        if arrays[c.CUTS].any():
+            log.warning("cut %s to fit the model's limit of %d tokens", ", ".join(
+                f"{c.sentence(i)} {n} time(s)" for i, n in enumerate(arrays[c.CUTS].tolist()) if n), self.spec.max_source_len)
+        return arrays
+
+
 class TokenizeModel:
     """TEXT [n] (UTF-8 bytes) -> SRC_IDS [m, S] int32 (padded), SRC_LEN [m] int32, the forced
     tokens, the terms (TERMS -> TERM_IDS [m, L]), and the layout (PIECES [n], GAPS, CUTS [n]) of the m sentences the n elements hold
@@ -77,56 +114,28 @@ class TokenizeModel:
     (parameters; defaults in protocol.RequestLimits), and a single word over max_source_len."""
 
     def initialize(self, args: dict) -> None:
-        from ..languages import describe
-        from ..model.tokenizer import load_tokenizer
-        from ..runtime.spec import SPEC_FILE, ModelSpec
-        from .protocol import RequestLimits
-
         params, version_dir = stub.parameters(args)
-        folder = stub.artifacts(params, version_dir)
-        self.spec = ModelSpec.load(folder / SPEC_FILE)
-        self.tokenizer = load_tokenizer(folder, self.spec)
-        self.codes = list(getattr(self.tokenizer, "languages", None) or ())  # a multilingual model's
-        # The segmenter's rules follow the source language (ISO 639-1 where there is one).
-        self.iso = {lang.code: lang.iso for lang in describe(self.codes)} if self.codes else {}
-        self.limits = RequestLimits.from_params(params)
+        self.tokenize = Tokenizer(params, stub.artifacts(params, version_dir))
 
     def execute(self, requests: list) -> list:
         return [self._one(r) for r in requests]
 
     def _one(self, request):
         try:
-            texts = decode_texts(stub.input_array(request, c.TEXT))
-            self.limits.check(texts)
-            prefixes = decode_strings(c.TARGET_PREFIX, stub.input_array(request, c.TARGET_PREFIX), len(texts), per_sentence=True)
-            split = parse_split(stub.input_array(request, c.SPLIT_SENTENCES))
-            terms = parse_terms(stub.input_array(request, c.TERMS), len(texts))
-            languages, segment_language = None, "en"
-            if self.codes:
-                languages = parse_languages(stub.input_array(request, c.SOURCE_LANG), stub.input_array(request, c.TARGET_LANG),
-                                            len(texts), self.codes)
-                segment_language = self.iso.get(languages.source, "en")
-            arrays = tokenize_request(self.tokenizer, texts, self.spec, prefixes=prefixes, languages=languages,
-                                      split=split, segment_language=segment_language, terms=terms)
-            if arrays[c.CUTS].any():
-                log.warning("cut %s to fit the model's limit of %d tokens", ", ".join(
-                    f"{c.sentence(i)} {n} time(s)" for i, n in enumerate(arrays[c.CUTS].tolist()) if n), self.spec.max_source_len)
+            arrays = self.tokenize.arrays(lambda name: stub.input_array(request, name))
         except InputError as exc:
             return pb_utils.InferenceResponse(error=stub.error(str(exc)))
         return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, a) for n, a in arrays.items()])
 
 
-class DetokenizeModel:
-    """OUT_IDS [m, k, T], OUT_LEN [m, k], OUT_SCORE [m, k] (+ tokenize's PIECES, GAPS, CUTS) ->
-    TRANSLATION, SCORE, NBEST_* [n], CUTS [n]: the m sentences' translations put back into the n
-    TEXT elements they came from (protocol.join_pieces)."""
+class Detokenizer:
+    """What ``detokenize`` does to a request, on any source of inputs (``get(name)`` -> array or
+    None): ``detokenize`` the model, and ``generate`` when it hands back text itself."""
 
-    def initialize(self, args: dict) -> None:
+    def __init__(self, params: dict, folder: Path) -> None:
         from ..model.tokenizer import load_tokenizer
         from ..runtime.spec import SPEC_FILE, ModelSpec
 
-        params, version_dir = stub.parameters(args)
-        folder = stub.artifacts(params, version_dir)
         spec = ModelSpec.load(folder / SPEC_FILE)
         self.tokenizer = load_tokenizer(folder, spec)
         self.length_ratio, self.score_floor = spec.length_ratio, spec.score_floor
@@ -135,56 +144,46 @@ class DetokenizeModel:
         pair = params.get(c.PAIR_PARAMETER, "").split("-")
         self.pair = tuple(None if p in ("", c.UNKNOWN_LANGUAGE) else p for p in pair) if len(pair) == 2 else (None, None)
 
-    def execute(self, requests: list) -> list:
-        out = []
-        for request in requests:
-            ids, lengths, scores = stub.input_array(request, c.OUT_IDS), stub.input_array(request, c.OUT_LEN), stub.input_array(request, c.OUT_SCORE)
-            if (ids is None or lengths is None or scores is None or ids.ndim != 3 or lengths.ndim != 2
-                    or ids.shape[:2] != lengths.shape or scores.shape != lengths.shape
-                    or (lengths.size and not 0 <= lengths.min() <= lengths.max() <= ids.shape[2])):
-                out.append(pb_utils.InferenceResponse(error=stub.error(
-                    "OUT_IDS [n, k, T], OUT_LEN [n, k] (0..T) and OUT_SCORE [n, k] are required")))
-                continue
-            m, k = lengths.shape
-            texts = np.empty((m, k), dtype=np.object_)
-            for i in range(m):
-                for j in range(k):
-                    texts[i, j] = self.tokenizer.decode(ids[i, j, : int(lengths[i, j])].tolist()).encode("utf-8")
-            counts = stub.input_array(request, c.PIECES)
-            best = scores[:, 0].astype(np.float32) if k else np.zeros(m, dtype=np.float32)
-            try:
-                lowest = _lowest_per_element(best, counts)
-                gaps = stub.input_array(request, c.GAPS)
-                texts, scores = join_pieces(texts, scores, counts, gaps)
-                src, src_len = stub.input_array(request, c.SRC_IDS), stub.input_array(request, c.SRC_LEN)
-                align = stub.input_array(request, c.OUT_ALIGN)
-                aligned = alignments(self.tokenizer, src, src_len, ids, lengths, align, counts, gaps)
-                quality = qualities(self.tokenizer, src, src_len, ids, lengths, align,
-                                    stub.input_array(request, c.OUT_LOGPROB), counts, gaps)
-            except InputError as exc:
-                out.append(pb_utils.InferenceResponse(error=stub.error(str(exc))))
-                continue
-            cuts = stub.input_array(request, c.CUTS)
-            if cuts is None or cuts.shape != (texts.shape[0],):
-                cuts = np.zeros(texts.shape[0], dtype=np.int32)
-            warnings, missing = self._warnings(request, texts[:, 0], lowest, quality)
-            out.append(pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.Tensor(c.WARNING, warnings),
-                pb_utils.Tensor(c.MISSING_WORDS, missing),
-                pb_utils.Tensor(c.SENTENCE_CONFIDENCE, np.array([q.sentence for q in quality], dtype=np.float32)),
-                pb_utils.Tensor(c.WORD_CONFIDENCE, np.array(
-                    [b"" if q.words is None else format_confidences(q.words).encode() for q in quality],
-                    dtype=np.object_)),
-                pb_utils.Tensor(c.TRANSLATION, texts[:, 0].copy()),
-                pb_utils.Tensor(c.SCORE, scores[:, 0].copy()),
-                pb_utils.Tensor(c.NBEST_TRANSLATION, texts),
-                pb_utils.Tensor(c.NBEST_SCORE, scores),
-                pb_utils.Tensor(c.CUTS, cuts.astype(np.int32)),
-                pb_utils.Tensor(c.ALIGNMENT, aligned),
-            ]))
-        return out
+    def arrays(self, get) -> dict[str, np.ndarray]:
+        """detokenize's outputs by name; raises InputError naming what is wrong."""
+        ids, lengths, scores = get(c.OUT_IDS), get(c.OUT_LEN), get(c.OUT_SCORE)
+        if (ids is None or lengths is None or scores is None or ids.ndim != 3 or lengths.ndim != 2
+                or ids.shape[:2] != lengths.shape or scores.shape != lengths.shape
+                or (lengths.size and not 0 <= lengths.min() <= lengths.max() <= ids.shape[2])):
+            raise InputError("OUT_IDS [n, k, T], OUT_LEN [n, k] (0..T) and OUT_SCORE [n, k] are required")
+        m, k = lengths.shape
+        texts = np.empty((m, k), dtype=np.object_)
+        for i in range(m):
+            for j in range(k):
+                texts[i, j] = self.tokenizer.decode(ids[i, j, : int(lengths[i, j])].tolist()).encode("utf-8")
+        counts = get(c.PIECES)
+        best = scores[:, 0].astype(np.float32) if k else np.zeros(m, dtype=np.float32)
+        lowest = _lowest_per_element(best, counts)
+        gaps = get(c.GAPS)
+        texts, scores = join_pieces(texts, scores, counts, gaps)
+        src, src_len = get(c.SRC_IDS), get(c.SRC_LEN)
+        align = get(c.OUT_ALIGN)
+        aligned = alignments(self.tokenizer, src, src_len, ids, lengths, align, counts, gaps)
+        quality = qualities(self.tokenizer, src, src_len, ids, lengths, align, get(c.OUT_LOGPROB), counts, gaps)
+        cuts = get(c.CUTS)
+        if cuts is None or cuts.shape != (texts.shape[0],):
+            cuts = np.zeros(texts.shape[0], dtype=np.int32)
+        warnings, missing = self._warnings(get, texts[:, 0], lowest, quality)
+        return {
+            c.WARNING: warnings,
+            c.MISSING_WORDS: missing,
+            c.SENTENCE_CONFIDENCE: np.array([q.sentence for q in quality], dtype=np.float32),
+            c.WORD_CONFIDENCE: np.array([b"" if q.words is None else format_confidences(q.words).encode() for q in quality],
+                                        dtype=np.object_),
+            c.TRANSLATION: texts[:, 0].copy(),
+            c.SCORE: scores[:, 0].copy(),
+            c.NBEST_TRANSLATION: texts,
+            c.NBEST_SCORE: scores,
+            c.CUTS: cuts.astype(np.int32),
+            c.ALIGNMENT: aligned,
+        }
 
-    def _warnings(self, request, translations: np.ndarray, lowest: np.ndarray,
+    def _warnings(self, get, translations: np.ndarray, lowest: np.ndarray,
                   quality: list) -> tuple[np.ndarray, np.ndarray]:
         """WARNING [n] and MISSING_WORDS [n]: per element, "" or why its translation may leave part
         of TEXT out or be wrong (nmtserve.coverage; ``lowest``: the lowest score of its sentences;
@@ -198,15 +197,15 @@ class DetokenizeModel:
         out = np.full(n, b"", dtype=np.object_)
         missing = np.full(n, b"", dtype=np.object_)
         try:  # tokenize refused what these readers refuse: a request that got here reads
-            sources = decode_texts(stub.input_array(request, c.TEXT))
-            given = [decode_strings(c.SOURCE_LANG, stub.input_array(request, c.SOURCE_LANG), n, per_sentence=False),
-                     decode_strings(c.TARGET_LANG, stub.input_array(request, c.TARGET_LANG), n, per_sentence=True)]
+            sources = decode_texts(get(c.TEXT))
+            given = [decode_strings(c.SOURCE_LANG, get(c.SOURCE_LANG), n, per_sentence=False),
+                     decode_strings(c.TARGET_LANG, get(c.TARGET_LANG), n, per_sentence=True)]
         except InputError:  # no TEXT: a caller of detokenize with its own ids
             return out, missing
         if len(sources) != n:
             return out, missing
         try:  # tokenize refused bad terms; a caller of detokenize with its own gets no term check
-            terms = parse_terms(stub.input_array(request, c.TERMS), n)
+            terms = parse_terms(get(c.TERMS), n)
         except InputError:
             terms = None
         codes = list(dict.fromkeys(code for side in given if side for code in side))
@@ -226,6 +225,27 @@ class DetokenizeModel:
                              float(lowest[i]), self.score_floor, terms[i] if terms else (),
                              word_confidence=quality[i].words or ()).encode("utf-8")
         return out, missing
+
+
+class DetokenizeModel:
+    """OUT_IDS [m, k, T], OUT_LEN [m, k], OUT_SCORE [m, k] (+ tokenize's PIECES, GAPS, CUTS) ->
+    TRANSLATION, SCORE, NBEST_* [n], CUTS [n]: the m sentences' translations put back into the n
+    TEXT elements they came from (protocol.join_pieces)."""
+
+    def initialize(self, args: dict) -> None:
+        params, version_dir = stub.parameters(args)
+        self.detokenize = Detokenizer(params, stub.artifacts(params, version_dir))
+
+    def execute(self, requests: list) -> list:
+        out = []
+        for request in requests:
+            try:
+                arrays = self.detokenize.arrays(lambda name, r=request: stub.input_array(r, name))
+            except InputError as exc:
+                out.append(pb_utils.InferenceResponse(error=stub.error(str(exc))))
+                continue
+            out.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, a) for n, a in arrays.items()]))
+        return out
 
 
 def _lowest_per_element(scores: np.ndarray, counts: np.ndarray | None) -> np.ndarray:
@@ -266,6 +286,15 @@ class GenerateModel:
         self.engine = (EnginePool(runtime, workers, max_sentences=max_sentences, max_beam=self.max_beam, limits=limits)
                        if workers > 1 else
                        InflightBatcher(runtime, max_sentences=max_sentences, max_beam=self.max_beam, limits=limits)).start()
+        # In-process text (the repository's ``text_in_generate``): the ensemble's one step hands
+        # TEXT here, tokenized and detokenized in this process (no tokenize/detokenize hops);
+        # detokenizing runs on its own thread so the decode loop never waits for it.
+        self.tokenize = self.detokenize = self._texts = None
+        if params.get(c.TEXT_IN_GENERATE_PARAMETER, "") == "1":
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.tokenize, self.detokenize = Tokenizer(params, folder), Detokenizer(params, folder)
+            self._texts = ThreadPoolExecutor(1, thread_name_prefix="nmtserve-detokenize")
         self._waiting: dict[int, tuple] = {}  # id -> (response sender, cancel event)
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -282,12 +311,17 @@ class GenerateModel:
     def execute(self, requests: list) -> None:
         for request in requests:
             sender = request.get_response_sender()
+            texts = None  # in-process text: what detokenizing needs besides the results
             try:  # inputs are copied out here: they are freed when execute returns
-                sources = parse_sources(stub.input_array(request, c.SRC_IDS), stub.input_array(request, c.SRC_LEN), self.spec)
+                get = functools.partial(stub.input_array, request)
+                if self.tokenize is not None and get(c.TEXT) is not None:
+                    texts = {name: np.array(a, copy=True) for name in c.TEXT_INPUT_NAMES if (a := get(name)) is not None}
+                    texts.update(self.tokenize.arrays(texts.get))
+                    get = texts.get
+                sources = parse_sources(get(c.SRC_IDS), get(c.SRC_LEN), self.spec)
                 options = _search_options(request, self.spec, self.max_beam)
-                prefixes = parse_prefixes(stub.input_array(request, c.FORCED_IDS), stub.input_array(request, c.FORCED_LEN),
-                                          stub.input_array(request, c.PROMPT_LEN), len(sources), self.spec)
-                constraints = parse_constraints(stub.input_array(request, c.TERM_IDS), len(sources), self.spec)
+                prefixes = parse_prefixes(get(c.FORCED_IDS), get(c.FORCED_LEN), get(c.PROMPT_LEN), len(sources), self.spec)
+                constraints = parse_constraints(get(c.TERM_IDS), len(sources), self.spec)
                 check_constraints(constraints, prefixes, options)
             except InputError as exc:
                 stub.send_final(sender, pb_utils.InferenceResponse(error=stub.error(str(exc))))
@@ -297,7 +331,7 @@ class GenerateModel:
             with self._lock:
                 self._waiting[key] = (sender, cancel)
             try:
-                self.engine.submit(sources, options, self._responder(key, sender, options.num_hypotheses),
+                self.engine.submit(sources, options, self._responder(key, sender, options.num_hypotheses, texts),
                                    cancelled=cancel.is_set, prefixes=prefixes, constraints=constraints)
             except Exception as exc:  # shutting down, or a limit the checks above did not cover
                 with self._lock:
@@ -305,7 +339,7 @@ class GenerateModel:
                 stub.send_final(sender, pb_utils.InferenceResponse(error=stub.engine_error("", exc)))
         return None
 
-    def _responder(self, key: int, sender, nbest: int):
+    def _responder(self, key: int, sender, nbest: int, texts: dict | None = None):
         def respond(results, error) -> None:  # runs in the engine thread
             with self._lock:
                 self._waiting.pop(key, None)
@@ -313,10 +347,27 @@ class GenerateModel:
                 response = pb_utils.InferenceResponse(error=stub.engine_error("decoding failed: ", error))
             else:
                 arrays = results_to_arrays(results, nbest, self.spec.pad_id)
+                if texts is not None:  # detokenized on its own thread, answered from there
+                    assert self._texts is not None
+                    self._texts.submit(self._detokenized, sender, {**texts, **arrays})
+                    return
                 response = pb_utils.InferenceResponse(
                     output_tensors=[pb_utils.Tensor(name, a) for name, a in arrays.items()])
             stub.send_final(sender, response)  # a client that went away is logged; the engine carries on
         return respond
+
+    def _detokenized(self, sender, arrays: dict) -> None:
+        """In-process text: the translations of a decoded request, as detokenize would answer."""
+        assert self.detokenize is not None
+        try:
+            out = self.detokenize.arrays(arrays.get)
+            response = pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, a) for n, a in out.items()])
+        except InputError as exc:
+            response = pb_utils.InferenceResponse(error=stub.error(str(exc)))
+        except Exception as exc:  # noqa: BLE001 - one request's failure, never the thread's
+            log.exception("detokenizing failed")
+            response = pb_utils.InferenceResponse(error=stub.engine_error("detokenizing failed: ", exc))
+        stub.send_final(sender, response)
 
     def _poll(self) -> None:
         while not self._stop.wait(0.5):
@@ -346,6 +397,8 @@ class GenerateModel:
     def finalize(self) -> None:
         self._stop.set()
         self.engine.stop()
+        if self._texts is not None:
+            self._texts.shutdown(wait=True)
 
 
 class _EngineMetrics:

@@ -1,0 +1,102 @@
+"""`nmtserve export --text-in-generate`: `translate` as one step, `generate` tokenizing and
+detokenizing in its own process (issue 49: fewer hops for one sentence).
+
+The contract does not change: on the same demo export with and without the option, two real
+tritonservers answer the same requests with the same outputs, every one of them (translations,
+scores, n-best, cuts, WARNING, alignments, confidences, missing words), and refuse the same bad
+requests with the same status and message; documents and callers of `generate` with their own
+ids still work.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from nmtserve import contract as c
+
+pytestmark = pytest.mark.server
+
+DEMO = Path(__file__).resolve().parents[1] / "models" / "en-fr-numbers"
+DEMO_ARGS = ["--max-target-len", "128", "--max-source-len", "128", "--max-batch", "32", "--skip-parity"]
+
+
+@pytest.fixture(scope="module")
+def servers(demo_repository, tmp_path_factory):
+    from nmtserve.cli import main
+    from nmtserve.server.launcher import ServerConfig, TritonServer
+
+    repo = tmp_path_factory.mktemp("text-in-generate") / "model_repository"
+    assert main(["export", str(DEMO), "--repository", str(repo), "--text-in-generate", *DEMO_ARGS]) == 0
+    config = (repo / "translate" / "config.pbtxt").read_text()
+    assert config.count("model_name:") == 1 and 'model_name: "generate"' in config
+    fused = TritonServer(ServerConfig.on_free_ports(repo))
+    plain = TritonServer(ServerConfig.on_free_ports(demo_repository))
+    with fused, plain:
+        fused.wait_until_ready(120)
+        plain.wait_until_ready(120)
+        yield (grpcclient.InferenceServerClient(fused.urls.grpc_address),
+               grpcclient.InferenceServerClient(plain.urls.grpc_address))
+
+
+def _tensor(name: str, value) -> grpcclient.InferInput:
+    array = np.asarray(value)
+    if array.dtype.kind in "USO":
+        array = np.array([v.encode() if isinstance(v, str) else v for v in array.ravel()], dtype=np.object_).reshape(array.shape)
+        dtype = "BYTES"
+    else:
+        dtype = {"b": "BOOL", "i": "INT32", "f": "FP32"}[array.dtype.kind]
+        array = array.astype({"BOOL": np.bool_, "INT32": np.int32, "FP32": np.float32}[dtype])
+    x = grpcclient.InferInput(name, list(array.shape), dtype)
+    x.set_data_from_numpy(array)
+    return x
+
+
+def _answer(client, model: str, inputs: dict):
+    try:
+        result = client.infer(model, [_tensor(n, v) for n, v in inputs.items()])
+    except InferenceServerException as exc:
+        return ("error", exc.status(), exc.message())
+    response = result.get_response()
+    return {o.name: result.as_numpy(o.name).tolist() for o in response.outputs}
+
+
+REQUESTS = [
+    {c.TEXT: ["I have 3 cats.", "The train leaves at 7 o'clock.", "Paul buys twelve apples."]},
+    {c.TEXT: ["She reads 41 books a year."], c.ALIGN: [True], c.CONFIDENCE: [True], c.NUM_HYPOTHESES: [2]},
+    {c.TEXT: ["I have 3 cats. The dog sleeps.", "Hello."], c.ALIGN: [True]},
+    {c.TEXT: ["I have 3 cats. The dog sleeps."], c.SPLIT_SENTENCES: [False], c.BEAM_SIZE: [2]},
+    {c.TEXT: ["I have three cats."], c.TERMS: ['[{"source": "cats", "target": "chiens"}]']},
+    {c.TEXT: ["I have three cats."], c.TARGET_PREFIX: ["J'ai"], c.CONFIDENCE: [True]},
+    {c.TEXT: ["It costs 375 euros."], c.MAX_LENGTH: [3]},  # cut short: WARNING says so
+    # refused, each by a different model of the ensemble's: generate, tokenize, tokenize
+    {c.TEXT: ["I have 3 cats."], c.BEAM_SIZE: [99]},
+    {c.TEXT: ["x" * 100_000]},
+    {c.TEXT: ["I have three cats."], c.TERMS: ["not json"]},
+]
+
+
+@pytest.mark.parametrize("index", range(len(REQUESTS)))
+def test_the_one_step_ensemble_answers_as_the_three_step_one(servers, index):
+    fused, plain = servers
+    want = _answer(plain, "translate", REQUESTS[index])
+    got = _answer(fused, "translate", REQUESTS[index])
+    assert got == want
+    if index < 7:
+        assert isinstance(got, dict) and got[c.TRANSLATION] and all(got[c.TRANSLATION])
+
+
+def test_one_step_serves_documents_and_callers_with_their_own_ids(servers):
+    fused, plain = servers
+    document = {c.DOCUMENT: ["# Cats\n\nI have 3 cats. The dog sleeps.\n"], c.FORMAT: ["markdown"]}
+    assert _answer(fused, "translate_document", document) == _answer(plain, "translate_document", document)
+    ids = _answer(plain, "tokenize", {c.TEXT: ["I have 3 cats."]})
+    own = {c.SRC_IDS: np.array(ids[c.SRC_IDS], np.int32), c.SRC_LEN: np.array(ids[c.SRC_LEN], np.int32)}
+    got, want = _answer(fused, "generate", own), _answer(plain, "generate", own)
+    assert got == want and got[c.OUT_IDS]
+    missing = _answer(fused, "generate", {c.MAX_LENGTH: [8]})  # neither TEXT nor ids
+    assert missing[0] == "error" and "SRC_IDS" in missing[2]
