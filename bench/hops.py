@@ -16,7 +16,8 @@ Prints p50 / p90 latency per path (ms) and the ensemble's cost over ``generate``
 ``--against``: a second repository of the same model (``export --text-in-generate``: the
 ensemble as one step), both servers up at once and measured in turn, round by round: the
 one-sentence ``translate`` latency and a bulk pass (``--bulk`` sentences in requests of 32) on
-each, with the ratios per round and whether both answered the same.
+each, and ``--clients`` concurrent clients sending one sentence per request (``--bulk``
+sentences in all), with the ratios per round and whether both answered the same.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ import argparse
 import json
 import statistics
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +44,7 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=64)
     parser.add_argument("--against", type=Path, help="a second repository, measured in turn with the first")
     parser.add_argument("--bulk", type=int, default=256)
+    parser.add_argument("--clients", type=int, default=64, help="--against: concurrent one-sentence clients (0: skip)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.against:
@@ -135,9 +139,25 @@ def against(args) -> None:
                 entry[names[i]] = {"p50_ms": round(statistics.median(latencies), 3),
                                    "p90_ms": round(float(np.percentile(latencies, 90)), 3),
                                    "bulk_sent_per_s": round(len(bulk) / seconds, 1)}
+                if args.clients:
+                    address = (a, b)[i].urls.grpc_address
+                    local = threading.local()
+
+                    def one_request(s, address=address, local=local):
+                        if not hasattr(local, "client"):
+                            local.client = grpcclient.InferenceServerClient(address)
+                        return local.client.infer("translate", request([s])).as_numpy("TRANSLATION").tolist()
+
+                    start = time.perf_counter()
+                    with ThreadPoolExecutor(args.clients) as pool:
+                        served = list(pool.map(one_request, bulk))
+                    entry[names[i]]["clients_sent_per_s"] = round(len(bulk) / (time.perf_counter() - start), 1)
+                    answers[i] = [*out, *served]
             x, y = entry[names[0]], entry[names[1]]
             entry["p50_first_over_second"] = round(x["p50_ms"] / y["p50_ms"], 3)
             entry["bulk_second_over_first"] = round(y["bulk_sent_per_s"] / x["bulk_sent_per_s"], 3)
+            if args.clients:
+                entry["clients_second_over_first"] = round(y["clients_sent_per_s"] / x["clients_sent_per_s"], 3)
             report["rounds"].append(entry)
             print(json.dumps(entry), flush=True)
         report["same_answers"] = answers[0] == answers[1]

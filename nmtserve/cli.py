@@ -284,9 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the decoder graph served: fused (ONNX Runtime's fused CPU kernels, about a third of the nodes; "
                         "the default of --target cpu) or portable (standard ONNX, what TensorRT builds; the only one "
                         "of --target gpu)")
-    p.add_argument("--text-in-generate", action="store_true",
-                   help="serve `translate` as one step: `generate` tokenizes and detokenizes in its own process "
-                        "(no tokenize/detokenize hops: a one-sentence request ~3 ms sooner; bench/hops.py)")
+    p.add_argument("--three-step-ensemble", dest="text_in_generate", action="store_false",
+                   help="serve `translate` as tokenize -> generate -> detokenize, three processes (default: one "
+                        "step, `generate` tokenizing and detokenizing itself: a one-sentence request ~10%% sooner)")
     p.add_argument("--graph-models", action="store_true",
                    help="also serve the encoder/decoder graphs as Triton models `encoder`/`decoder` for custom "
                         "decode loops (CPU target; a process and a copy of the weights each)")

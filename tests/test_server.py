@@ -385,8 +385,9 @@ def test_limits_refuse_oversized_requests_and_overload_with_clear_retryable_erro
     from nmtserve.server.launcher import ServerConfig, TritonServer
 
     repo = Path(shutil.copytree(demo_repository, tmp_path / "repo", ignore=shutil.ignore_patterns("encoder", "decoder")))
-    _set_param(repo / "tokenize" / "config.pbtxt", "max_request_sentences", "8")
-    _set_param(repo / "tokenize" / "config.pbtxt", "max_sentence_chars", "120")
+    for model in ("tokenize", "generate"):  # generate tokenizes the ensemble's requests itself
+        _set_param(repo / model / "config.pbtxt", "max_request_sentences", "8")
+        _set_param(repo / model / "config.pbtxt", "max_sentence_chars", "120")
     _set_param(repo / "generate" / "config.pbtxt", "max_queued_sentences", "12")
     texts, want, _ = reference
     with TritonServer(ServerConfig.on_free_ports(repo)) as server:

@@ -1,7 +1,8 @@
-"""`nmtserve export --text-in-generate`: `translate` as one step, `generate` tokenizing and
-detokenizing in its own process (issue 49: fewer hops for one sentence).
+"""`translate` as one step (the default), `generate` tokenizing and detokenizing in its own
+process, against `nmtserve export --three-step-ensemble` (tokenize -> generate -> detokenize;
+issue 49: fewer hops for one sentence).
 
-The contract does not change: on the same demo export with and without the option, two real
+The contract does not change: on the same demo exported both ways, two real
 tritonservers answer the same requests with the same outputs, every one of them (translations,
 scores, n-best, cuts, WARNING, alignments, confidences, missing words), and refuse the same bad
 requests with the same status and message; documents and callers of `generate` with their own
@@ -30,12 +31,13 @@ def servers(demo_repository, tmp_path_factory):
     from nmtserve.cli import main
     from nmtserve.server.launcher import ServerConfig, TritonServer
 
-    repo = tmp_path_factory.mktemp("text-in-generate") / "model_repository"
-    assert main(["export", str(DEMO), "--repository", str(repo), "--text-in-generate", *DEMO_ARGS]) == 0
-    config = (repo / "translate" / "config.pbtxt").read_text()
+    repo = tmp_path_factory.mktemp("three-step") / "model_repository"
+    assert main(["export", str(DEMO), "--repository", str(repo), "--three-step-ensemble", *DEMO_ARGS]) == 0
+    config = (demo_repository / "translate" / "config.pbtxt").read_text()
     assert config.count("model_name:") == 1 and 'model_name: "generate"' in config
-    fused = TritonServer(ServerConfig.on_free_ports(repo))
-    plain = TritonServer(ServerConfig.on_free_ports(demo_repository))
+    assert (repo / "translate" / "config.pbtxt").read_text().count("model_name:") == 3
+    fused = TritonServer(ServerConfig.on_free_ports(demo_repository))
+    plain = TritonServer(ServerConfig.on_free_ports(repo))
     with fused, plain:
         fused.wait_until_ready(120)
         plain.wait_until_ready(120)

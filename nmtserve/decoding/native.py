@@ -21,6 +21,7 @@ A batch takes the compiled step when the module is importable, ``NMTSERVE_NATIVE
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from types import ModuleType
@@ -34,7 +35,7 @@ def _load() -> ModuleType | None:
     if os.environ.get("NMTSERVE_NATIVE_SEARCH", "1") == "0":
         return None
     try:
-        import nmtserve_native
+        nmtserve_native = importlib.import_module("nmtserve_native")  # a separate distribution: native/
     except ImportError:
         return None
     if getattr(nmtserve_native, "ABI", None) != ABI:

@@ -516,7 +516,7 @@ class InflightBatcher:
         else:
             group.search.advance(Candidates(self.arrays.asnumpy(out["top_log_probs"][..., :m]),
                                             self.arrays.asnumpy(out["top_ids"][..., :m]), self.spec.vocab), attention)
-        if group.search.native:  # compiled (nmtserve.decoding.native), as the search's step
+        if group.search.native and native.module is not None:  # compiled, as the search's step
             native.module.follow_parents(group.table, group.search.parents, b, t_lo, g + 1)
         else:
             window = group.table[:b, :, t_lo : g + 1]

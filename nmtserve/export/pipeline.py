@@ -68,7 +68,7 @@ class ExportOptions:
     skip_parity: bool = False
     step_backend: str = ""  # how generate runs the graphs; "": the target's default
     graph_models: bool = False  # also serve encoder/decoder as models (RepositoryOptions)
-    text_in_generate: bool = False  # the ensemble as one step: text in and out of generate (RepositoryOptions)
+    text_in_generate: bool = True  # the ensemble as one step: text in and out of generate (RepositoryOptions)
     decoder_graph: str = ""  # DECODER_GRAPHS; "": fused on the cpu target, portable on the gpu target
     pair: str = ""  # "en-fr": add the model to the repository under its language pair (RepositoryOptions)
     tokenizer: Path | None = None  # the sentencepiece model of a checkpoint that does not record one

@@ -71,8 +71,11 @@ class RepositoryOptions:
     # the weights (opus-mt-base: ~700 MB for the two) that the translation path never uses.
     graph_models: bool = False
     # The ensemble as one step: generate tokenizes and detokenizes in its own process, no
-    # tokenize/detokenize hops (contract.TEXT_IN_GENERATE_PARAMETER; bench/hops.py measures it).
-    text_in_generate: bool = False
+    # tokenize/detokenize hops (contract.TEXT_IN_GENERATE_PARAMETER): a one-sentence request's
+    # p50 ~10% sooner, bulk and concurrent clients the same (bench/hops.py --against, RESULTS.md).
+    # False: the three-step ensemble tokenize -> generate -> detokenize. Either way the tokenize
+    # and detokenize models are there for callers that use them directly.
+    text_in_generate: bool = True
     # Shown in the ensemble's config parameters (what `GET /v2/models/<name>/config` returns):
     # the graphs' precision and the quality gate's one-line verdict (nmtserve.export.quality).
     precision: str = "fp32"

@@ -20,6 +20,7 @@ import functools
 import logging
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -313,7 +314,7 @@ class GenerateModel:
             sender = request.get_response_sender()
             texts = None  # in-process text: what detokenizing needs besides the results
             try:  # inputs are copied out here: they are freed when execute returns
-                get = functools.partial(stub.input_array, request)
+                get: Callable[[str], np.ndarray | None] = functools.partial(stub.input_array, request)
                 if self.tokenize is not None and get(c.TEXT) is not None:
                     texts = {name: np.array(a, copy=True) for name in c.TEXT_INPUT_NAMES if (a := get(name)) is not None}
                     texts.update(self.tokenize.arrays(texts.get))
