@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -309,6 +310,10 @@ def test_concurrent_one_sentence_requests_decode_in_one_batch(demo_server, refer
     seconds = _metric(demo_server, "nmtserve_request_seconds_total") - seconds_before
     assert requests == 32 and 0 < seconds / requests < 30  # the average queue + decode time per request
     assert 0 <= _metric(demo_server, "nmtserve_batch_occupancy") <= 1
+    # The served engine's search step is the compiled one where it is installed (CI installs it).
+    from nmtserve.decoding import native
+
+    assert _metric(demo_server, "nmtserve_compiled_search_step") == (1 if native.available() or os.environ.get("CI") else 0)
 
 
 def test_stop_under_load_is_prompt_and_answers_in_flight_requests_unavailable(demo_repository, reference, tmp_path):

@@ -306,8 +306,12 @@ class GenerateModel:
         flag = drain_handshake.flag_from_environment()
         if flag is not None:
             threading.Thread(target=self._drain_on, args=(flag,), name="nmtserve-drain", daemon=True).start()
-        log.info("generate ready (%s, %d decode loop(s) x %s intra-op thread(s)): %s", backend, workers,
-                 threads or "default", self.spec)
+        from ..decoding import native
+
+        search = "compiled (nmtserve_native)" if native.available() else "Python (nmtserve_native not installed)"
+        log.info("generate ready (%s, %d decode loop(s) x %s intra-op thread(s), search step %s, text %s): %s",
+                 backend, workers, threads or "default", search,
+                 "in process" if self.tokenize is not None else "from tokenize", self.spec)
 
     def execute(self, requests: list) -> None:
         for request in requests:
@@ -410,6 +414,7 @@ class _EngineMetrics:
         "nmtserve_sentences_queued": "Sentences waiting to join the in-flight batch",
         "nmtserve_batch_peak_sentences": "Largest in-flight batch since the previous report (every 0.5 s)",
         "nmtserve_batch_occupancy": "Sentences decoding / the batch's capacity (0..1)",
+        "nmtserve_compiled_search_step": "1: the beam search's step runs compiled (nmtserve_native); 0: in Python",
     }
     COUNTERS = {
         "nmtserve_decode_steps_total": ("steps", "Decoder steps run (one per step of the whole in-flight batch)"),
@@ -431,6 +436,9 @@ class _EngineMetrics:
         self.gauges = {name: self.families[name].Metric(labels=labels) for name in self.GAUGES}
         self.counters = {name: (key, self.families[name].Metric(labels=labels)) for name, (key, _) in self.COUNTERS.items()}
         self.reported = {key: 0 for key, _ in self.counters.values()}
+        from ..decoding import native
+
+        self.gauges["nmtserve_compiled_search_step"].set(1.0 if native.available() else 0.0)
 
     def report(self, engine) -> None:
         stats, peak = engine.stats, engine.take_peak()
