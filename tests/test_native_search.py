@@ -24,7 +24,7 @@ import pytest
 
 from nmtserve.decoding import native
 from nmtserve.decoding.search import _ROW_ARRAYS, BeamBatch, Candidates, SearchOptions, TargetPrefix
-from tests.test_search import Dense32, PrefixModel, Preselecting, run
+from tests.test_search import Dense32, PrefixModel, Preselecting, random_candidates, run
 
 pytestmark = pytest.mark.skipif(not native.available() and not os.environ.get("CI"),
                                 reason="nmtserve_native is not built (pip install ./native); CI requires it")
@@ -69,14 +69,9 @@ def test_the_compiled_step_leaves_the_state_the_python_steps_leave(seed):
     steps = 0
     while nat.size and steps < 40:
         b = nat.size
-        values = rng.standard_normal((b, k, m)).astype(np.float32) * 2 - 1
-        if rng.random() < 0.7:  # exact ties across beams and tokens, and scores equal to a finished one's
-            values = np.round(values * 2) / 2 if rng.random() < 0.5 else np.minimum(np.round(values), 0)
-        values[rng.random(values.shape) < 0.05] = -np.inf
-        tokens = np.stack([rng.permutation(vocab)[:m] for _ in range(b * k)]).reshape(b, k, m)
-        if vocab == 12:  # a small vocabulary: loops recur
-            tokens = np.stack([rng.permutation(np.r_[0, 2:vocab])[:m] for _ in range(b * k)]).reshape(b, k, m)
-        values[(tokens == eos) & (rng.random(values.shape) < 0.5)] = 0.0  # EOS often best: pools fill up
+        # a small vocabulary without the start token: n-grams and loops recur
+        ids = np.r_[0, 2:vocab] if vocab == 12 else np.arange(vocab)
+        values, tokens = random_candidates(rng, b, k, m, ids, eos)
         if rng.random() < 0.3:  # the graphs' TopK output is int64 and sliced: a strided view
             wide = np.concatenate([values, values[..., :1]], axis=2)
             values = wide[..., :m]

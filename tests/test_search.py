@@ -373,6 +373,19 @@ def test_a_prefix_holding_eos_is_refused():
         run(PrefixModel(1, 9), 1, SearchOptions(beam_size=2, max_length=4), prefixes=[TargetPrefix((3, EOS))])
 
 
+def random_candidates(rng, b: int, k: int, m: int, ids: np.ndarray, eos: int) -> tuple[np.ndarray, np.ndarray]:
+    """A step's ``Candidates`` arrays (b, K, m) for the step-by-step comparisons: log-probs with
+    exact ties (across beams and tokens, and equal to a finished hypothesis' score) and -inf
+    entries, each hypothesis' ``m`` distinct tokens drawn from ``ids``, EOS often best."""
+    values = rng.standard_normal((b, k, m)).astype(np.float32) * 2 - 1
+    if rng.random() < 0.7:
+        values = np.round(values * 2) / 2 if rng.random() < 0.5 else np.minimum(np.round(values), 0)
+    values[rng.random(values.shape) < 0.05] = -np.inf
+    tokens = np.stack([rng.permutation(ids)[:m] for _ in range(b * k)]).reshape(b, k, m)
+    values[(tokens == eos) & (rng.random(values.shape) < 0.5)] = 0.0  # pools fill up
+    return values, tokens
+
+
 @pytest.mark.parametrize("seed", range(24))
 def test_a_few_rows_step_row_by_row_equals_the_vectorized_step(seed):
     """``BeamBatch._advance_few`` (rows in Python, what one sentence at a time runs) against the
@@ -403,12 +416,7 @@ def test_a_few_rows_step_row_by_row_equals_the_vectorized_step(seed):
     steps = 0
     while few.size and steps < 40:
         b = few.size
-        values = rng.standard_normal((b, k, m)).astype(np.float32) * 2 - 1
-        if rng.random() < 0.7:  # exact ties across beams and tokens, and scores equal to a finished one's
-            values = np.round(values * 2) / 2 if rng.random() < 0.5 else np.minimum(np.round(values), 0)
-        values[rng.random(values.shape) < 0.05] = -np.inf
-        tokens = np.stack([rng.permutation(vocab)[:m] for _ in range(b * k)]).reshape(b, k, m)
-        values[(tokens == eos) & (rng.random(values.shape) < 0.5)] = 0.0  # EOS often best: pools fill up
+        values, tokens = random_candidates(rng, b, k, m, np.arange(vocab), eos)
         attention = rng.integers(0, 5, (b, k)) if few.wants_attention else None  # each beam's source position
         few.advance(Candidates(values, tokens, vocab), attention)
         vec.advance(Candidates(values, tokens, vocab), attention)
