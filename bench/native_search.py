@@ -12,6 +12,10 @@ with ``BeamBatch.native`` on and off in alternating rounds (on, off, on, off, ..
 
 Reports each round's seconds, the ratio off / on per pair of rounds (above 1: the compiled step
 is faster) and whether both gave the same hypotheses (tokens and score bits).
+
+``--gil``: instead, the server's layout (``EnginePool``, two decode loops of one thread, bulk in
+requests of ``--batch``), the compiled step releasing the GIL while it works (from 4 rows, the
+default) against never releasing it, alternating.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ def main() -> None:
     parser.add_argument("--one", type=int, default=32)
     parser.add_argument("--sentences", type=int, default=128)
     parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--gil", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     from nmtserve.decoding import native
@@ -62,6 +67,10 @@ def main() -> None:
                 tok = load_tokenizer(art, spec)
                 ids = [tok.encode(t) for t in texts]
                 model = OnnxModel(art / "encoder.onnx", art / "decoder.onnx", spec, threads=1)
+                if args.gil:
+                    report[f"{shape}/{precision}"] = entry = gil_rounds(model, ids, options, args)
+                    print(f"{shape}/{precision}", json.dumps(entry), flush=True)
+                    continue
                 engine = InflightBatcher(model, max_sentences=args.batch, max_beam=BEAM).start()
                 entry: dict = {}
                 try:
@@ -93,6 +102,33 @@ def main() -> None:
                 print(f"{shape}/{precision}", json.dumps(entry), flush=True)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
+
+
+def gil_rounds(model, ids: list, options, args) -> dict:
+    """Bulk on two decode loops, the compiled step releasing the GIL (from 4 rows) or never."""
+    from nmtserve.decoding import native
+    from nmtserve.engine import EnginePool
+
+    engine = EnginePool(model, 2, max_sentences=args.batch, max_beam=BEAM).start()
+    seconds: dict[bool, list[float]] = {True: [], False: []}
+    results: dict[bool, list] = {}
+    try:
+        engine.translate(ids[: args.batch], options, timeout=600)  # warm-up
+        for _ in range(args.rounds):
+            for release in (True, False):
+                native.module.release_gil_from(4 if release else 1 << 40)
+                start = time.perf_counter()
+                out = [r for at in range(0, args.sentences, args.batch)
+                       for r in engine.translate(ids[at:at + args.batch], options, timeout=600)]
+                seconds[release].append(time.perf_counter() - start)
+                results[release] = [[(h.tokens, h.score.hex()) for h in r] for r in out]
+    finally:
+        native.module.release_gil_from(4)
+        engine.stop()
+    return {"seconds_released": [round(x, 3) for x in seconds[True]],
+            "seconds_held": [round(x, 3) for x in seconds[False]],
+            "held_over_released": [round(h / r, 3) for r, h in zip(seconds[True], seconds[False], strict=True)],
+            "identical": results[True] == results[False]}
 
 
 if __name__ == "__main__":

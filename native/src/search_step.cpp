@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
@@ -280,6 +281,11 @@ const int16_t *attention_of(const py::object &attention, py::ssize_t b, py::ssiz
   return keep.data();
 }
 
+// From this many rows a step lets other Python threads run while it works (the server's second
+// decode loop, its request threads): it touches no Python object then. Below, the ~0.2 us the
+// hand-over costs is more than the work. ``release_gil_from(n)`` changes it (bench/native_search.py).
+py::ssize_t release_rows = 4;
+
 // One step on Candidates: ranked, and applied at once unless a candidate finishes; then the ranking
 // comes back as (top_beam, top_token, top_score, finishing) for the pools, and ``apply`` follows.
 py::object step(Step &self, py::ssize_t b, const Values &values, const Ids &ids, int64_t vocab, bool loops,
@@ -290,17 +296,24 @@ py::object step(Step &self, py::ssize_t b, const Values &values, const Ids &ids,
   }
   Attention keep;
   const int16_t *positions = attention_of(attention, b, self.k, keep);
-  if (!self.rank(b, values.data(), ids.data(), values.shape(2), vocab, loops)) {
-    self.apply(positions, confidence);
-    return py::none();
+  bool finished = false;
+  {
+    std::optional<py::gil_scoped_release> free;
+    if (b >= release_rows) free.emplace();
+    finished = self.rank(b, values.data(), ids.data(), values.shape(2), vocab, loops);
+    if (!finished) self.apply(positions, confidence);
   }
+  if (!finished) return py::none();
   return py::make_tuple(self.ranked(self.top_beam), self.ranked(self.top_token), self.ranked(self.top_score),
                         self.ranked_flags(self.finishing));
 }
 
 void apply(Step &self, bool confidence, const py::object &attention) {
   Attention keep;
-  self.apply(attention_of(attention, self.ranked_rows, self.k, keep), confidence);
+  const int16_t *positions = attention_of(attention, self.ranked_rows, self.k, keep);
+  std::optional<py::gil_scoped_release> free;
+  if (self.ranked_rows >= release_rows) free.emplace();
+  self.apply(positions, confidence);
 }
 
 // The engine's ancestor table after a step (engine.batcher: ``_Group.table`` (capacity, K, T),
@@ -317,6 +330,8 @@ void follow_parents(const py::array_t<int32_t, py::array::c_style> &table_obj,
   int32_t *data = table.mutable_data();
   const int64_t *parents = parents_obj.data();
   std::vector<int32_t> copy(static_cast<size_t>(k * width));
+  std::optional<py::gil_scoped_release> free;
+  if (b >= release_rows) free.emplace();
   for (py::ssize_t row = 0; row < b; ++row) {
     int32_t *rows = data + row * k * time;
     for (py::ssize_t beam = 0; beam < k; ++beam) {
@@ -336,6 +351,9 @@ PYBIND11_MODULE(nmtserve_native, module) {
   module.def("step", &step, py::arg("state"), py::arg("size"), py::arg("values"), py::arg("ids"), py::arg("vocab"),
              py::arg("loops"), py::arg("confidence"), py::arg("attention") = py::none(),
              "One step on candidates; None when applied, else (top_beam, top_token, top_score, finishing) (b, n).");
+  module.def(
+      "release_gil_from", [](py::ssize_t rows) { release_rows = rows; }, py::arg("rows"),
+      "From how many rows a step releases the GIL while it works (default 4; a huge number: never).");
   module.def("follow_parents", &follow_parents, py::arg("table"), py::arg("parents"), py::arg("size"), py::arg("lo"),
              py::arg("hi"), "The engine's ancestor table: rows [0, size) over times [lo, hi) follow their parents.");
   module.def("apply", &apply, py::arg("state"), py::arg("confidence"), py::arg("attention") = py::none(),
