@@ -579,9 +579,14 @@ class BeamBatch:
         if ranked is not None:
             b = self.size
             top_beam, top_token, top_scores, finishing = ranked
-            counted = np.maximum(self.t[:b] + 1 - self.prompt[:b], 1) + (self.rule[:b] == _OPENNMT)
-            self._finish(finishing, top_beam, top_token, top_scores, counted)
+            self._finish(finishing, top_beam, top_token, top_scores, self._counted(self.t[:b] + 1))
             step.apply(self._native_step, self._confidence, self._attention)
+
+    def _counted(self, gen_len: np.ndarray) -> np.ndarray:
+        """Rows [0, size): the length the penalty sees after a step that makes ``gen_len`` tokens:
+        after the prompt, at least 1; OpenNMT's counts the decoder start token too."""
+        b = self.size
+        return np.maximum(gen_len - self.prompt[:b], 1) + (self.rule[:b] == _OPENNMT)
 
     def _force(self, rows: np.ndarray, top_beam: np.ndarray, top_token: np.ndarray, top_scores: np.ndarray) -> None:
         """Rows still in their prefix: every beam continues itself with the forced token and its
@@ -605,8 +610,7 @@ class BeamBatch:
             n = k
         t = self.t[:b].copy()
         gen_len = t + 1
-        # The length the penalty sees; OpenNMT's counts the decoder start token too.
-        counted = np.maximum(gen_len - self.prompt[:b], 1) + (self.rule[:b] == _OPENNMT)
+        counted = self._counted(gen_len)
         at_max = gen_len >= self.max_len[:b]
         is_eos = top_token == eos
         if self._loops:  # a candidate that completes a runaway loop ends as EOS would

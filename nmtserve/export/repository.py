@@ -187,18 +187,19 @@ def _ensemble(name: str, params: dict[str, str], sfx: str = "", multilingual: bo
     generated = (c.OUT_IDS, c.OUT_LEN, c.OUT_SCORE, c.OUT_ALIGN, c.OUT_LOGPROB)
     internal = {n: n.lower() for n in (*sources, *layout, *generated)}
     options = {n: n for n in c.OPTION_INPUTS}
-    steps = [
-        step("tokenize" + sfx, {t.name: t.name for t in tokenize_inputs}, {n: internal[n] for n in (*sources, *layout)}),
-        step("generate" + sfx, {**{n: internal[n] for n in sources}, **options},
-             {n: internal[n] for n in generated}),
-        step("detokenize" + sfx, {**{n: internal[n] for n in (*generated, *layout,
-                                                             c.SRC_IDS, c.SRC_LEN)}, c.TEXT: c.TEXT, c.TERMS: c.TERMS,
-                                  **({t.name: t.name for t in c.LANGUAGES} if multilingual else {})},
-             {t.name: t.name for t in c.TRANSLATE_OUTPUTS}),
-    ]
     inputs = c.LANGUAGE_INPUTS if multilingual else c.TRANSLATE_INPUTS
+    answers = {t.name: t.name for t in c.TRANSLATE_OUTPUTS}
     if text_in_generate:  # one step: generate takes the text and answers it
-        steps = [step("generate" + sfx, {t.name: t.name for t in inputs}, {t.name: t.name for t in c.TRANSLATE_OUTPUTS})]
+        steps = [step("generate" + sfx, {t.name: t.name for t in inputs}, answers)]
+    else:
+        steps = [
+            step("tokenize" + sfx, {t.name: t.name for t in tokenize_inputs}, {n: internal[n] for n in (*sources, *layout)}),
+            step("generate" + sfx, {**{n: internal[n] for n in sources}, **options},
+                 {n: internal[n] for n in generated}),
+            step("detokenize" + sfx, {**{n: internal[n] for n in (*generated, *layout,
+                                                                 c.SRC_IDS, c.SRC_LEN)}, c.TEXT: c.TEXT, c.TERMS: c.TERMS,
+                                      **({t.name: t.name for t in c.LANGUAGES} if multilingual else {})}, answers),
+        ]
     text = f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 0\n'
     text += _io("input", _tensors(inputs)) + _io("output", _tensors(c.TRANSLATE_OUTPUTS))
     text += "ensemble_scheduling {\n  step [\n" + ",\n".join(steps) + "\n  ]\n}\n"

@@ -133,12 +133,14 @@ class Detokenizer:
     """What ``detokenize`` does to a request, on any source of inputs (``get(name)`` -> array or
     None): ``detokenize`` the model, and ``generate`` when it hands back text itself."""
 
-    def __init__(self, params: dict, folder: Path) -> None:
+    def __init__(self, params: dict, folder: Path, tokenizer=None) -> None:
+        """``tokenizer``: one already loaded from ``folder`` (generate's ``Tokenizer``'s: it keeps
+        no state between calls, so one serves both threads)."""
         from ..model.tokenizer import load_tokenizer
         from ..runtime.spec import SPEC_FILE, ModelSpec
 
         spec = ModelSpec.load(folder / SPEC_FILE)
-        self.tokenizer = load_tokenizer(folder, spec)
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(folder, spec)
         self.length_ratio, self.score_floor = spec.length_ratio, spec.score_floor
         # A one-model ensemble's languages (its pair parameter; "unknown" where the checkpoint
         # does not name them): the number words WARNING looks for.
@@ -294,7 +296,8 @@ class GenerateModel:
         if params.get(c.TEXT_IN_GENERATE_PARAMETER, "") == "1":
             from concurrent.futures import ThreadPoolExecutor
 
-            self.tokenize, self.detokenize = Tokenizer(params, folder), Detokenizer(params, folder)
+            self.tokenize = Tokenizer(params, folder)
+            self.detokenize = Detokenizer(params, folder, tokenizer=self.tokenize.tokenizer)
             self._texts = ThreadPoolExecutor(1, thread_name_prefix="nmtserve-detokenize")
         self._waiting: dict[int, tuple] = {}  # id -> (response sender, cancel event)
         self._lock = threading.Lock()
