@@ -343,9 +343,13 @@ void follow_parents(const py::array_t<int32_t, py::array::c_style> &table_obj,
 
 }  // namespace
 
+namespace nmtnative {
+void register_decoder_step(py::module_ &module);  // decoder_step.cpp
+}
+
 PYBIND11_MODULE(nmtserve_native, module) {
   module.doc() = "nmtserve's compiled decode step: the beam search's ranking and bookkeeping (issue 49)";
-  module.attr("ABI") = 3;  // bumped when the interface changes: nmtserve.decoding.native refuses another
+  module.attr("ABI") = 4;  // bumped when the interface changes: nmtserve.decoding.native refuses another
   py::class_<Step>(module, "Step", "A BeamBatch's arrays, viewed once (a new one after the batch grows).")
       .def(py::init<const py::object &>(), py::arg("batch"));
   module.def("step", &step, py::arg("state"), py::arg("size"), py::arg("values"), py::arg("ids"), py::arg("vocab"),
@@ -358,4 +362,5 @@ PYBIND11_MODULE(nmtserve_native, module) {
              py::arg("hi"), "The engine's ancestor table: rows [0, size) over times [lo, hi) follow their parents.");
   module.def("apply", &apply, py::arg("state"), py::arg("confidence"), py::arg("attention") = py::none(),
              "The last ranking applied once its finishing candidates are in their pools.");
+  nmtnative::register_decoder_step(module);
 }

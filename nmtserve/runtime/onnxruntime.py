@@ -23,6 +23,7 @@ import numpy as np
 import onnxruntime as ort
 
 from .. import graphs
+from . import native_step
 from .arrays import HOST, ArrayBackend
 from .lockstep import LockstepModel, step_model
 from .spec import ModelSpec
@@ -118,6 +119,8 @@ class OnnxModel:
         self._float = np.float16 if past_type == "tensor(float16)" else np.float32
         # Graphs exported before the decoder's ``attention`` output have no word alignments.
         self.has_attention = graphs.ATTENTION in {o.name for o in self.decoder.get_outputs()}
+        # The step in compiled code where asked and the graph allows it (runtime/native_step.py).
+        self.native_step = native_step.load(decoder, spec) if providers == ["CPUExecutionProvider"] else None
 
     def encode(self, src_ids: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """src_ids (B, S) -> per layer memory keys (B, h, d_k, S) and values (B, h, S, d_k)."""
@@ -129,6 +132,8 @@ class OnnxModel:
         return step_model(self, src_ids, beam, max_steps)
 
     def run_step(self, feeds: dict[str, np.ndarray], outputs: Sequence[str] = graphs.STEP_OUTPUTS) -> dict[str, np.ndarray]:
+        if self.native_step is not None:
+            return self.native_step.run_step(feeds, outputs)
         names = list(outputs)
         return dict(zip(names, self.decoder.run(names, feeds), strict=True))
 
@@ -152,6 +157,7 @@ class OnnxBoundModel(OnnxModel):
         else:
             providers = ["CPUExecutionProvider"]
         super().__init__(encoder, decoder, spec, threads=threads, providers=providers)
+        self.native_step = None  # bound arrays run on ONNX Runtime (run_step below)
         if arrays.device_type == "cuda" and self.decoder.get_providers()[0] != "CUDAExecutionProvider":
             raise RuntimeError(f"ONNX Runtime cannot run on CUDA here (providers: {self.decoder.get_providers()});"
                                " install onnxruntime-gpu matching the CUDA version")

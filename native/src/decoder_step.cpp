@@ -1,0 +1,398 @@
+// The decoder's step in compiled code (issue 49): one call computes what the fused CPU decoder
+// graph (nmtserve/export/cpu_graph.py) computes for a step, from that graph's own weights, with no
+// graph executor between the products.
+//
+// Why: at one sentence a step of a small model is ~190 graph nodes of a few microseconds each
+// (bench/step_profile.py: the demo's kernels ~60% of a step, ONNX Runtime's executor and the
+// shape nodes most of the rest); here the same arithmetic is ~25 kernel calls a layer, the cache
+// is read where it lies (no Gather of the past), and attention's softmax runs over each
+// hypothesis' own past and source only.
+//
+// Batch invariance by construction: every value of a row is computed from that row's data alone,
+// in an order fixed by the model's sizes and the row's own past and source lengths (kernels.h), so
+// a sentence's step is the same bits alone, in any batch, and wherever its past starts in the
+// cache window: no float64 sum is needed for it.
+//
+// The contract is the decoder graph's (nmtserve/graphs.py): the same feeds, the same outputs;
+// nmtserve/runtime/native_step.py reads the weights out of the graph and checks the graph is one
+// this step can run (fp32, written by cpu_graph.py), and the ONNX graph stays the reference
+// (tests/test_native_step.py compares them).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels.h"
+
+namespace py = pybind11;
+
+namespace nmtnative {
+namespace {
+
+using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+struct Norm {
+  const float *w = nullptr, *b = nullptr;
+  float eps = 1e-5f;
+};
+
+struct Layer {
+  const float *qkv_w, *qkv_b, *self_out_w, *self_out_b;
+  const float *cross_q_w, *cross_q_b, *cross_out_w, *cross_out_b;
+  const float *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+  Norm self_norm, cross_norm, ffn_norm;  // the residuals' norms (pre-norm: the next sublayer's)
+};
+
+enum Activation { kRelu = 0, kGelu = 1, kSwish = 2 };
+
+template <typename T>
+const T *checked(const py::array &a, const char *name, std::vector<py::ssize_t> shape) {
+  if (!py::isinstance<py::array_t<T>>(a) || !(a.flags() & py::array::c_style)) {
+    throw std::invalid_argument(std::string("native decoder step: ") + name + " has an unexpected dtype or layout");
+  }
+  if (a.ndim() != static_cast<py::ssize_t>(shape.size())) {
+    throw std::invalid_argument(std::string("native decoder step: ") + name + " has " + std::to_string(a.ndim()) +
+                                " dimensions, expected " + std::to_string(shape.size()));
+  }
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] >= 0 && a.shape(i) != shape[i]) {
+      throw std::invalid_argument(std::string("native decoder step: ") + name + " dimension " + std::to_string(i) +
+                                  " is " + std::to_string(a.shape(i)) + ", expected " + std::to_string(shape[i]));
+    }
+  }
+  return static_cast<const T *>(a.data());
+}
+
+class DecoderStep {
+ public:
+  DecoderStep(const py::dict &config, const py::dict &weights) : k_(kernels()) {
+    auto cfg = [&](const char *key) { return config[key]; };
+    d_ = cfg("d_model").cast<int>();
+    h_ = cfg("heads").cast<int>();
+    dk_ = d_ / h_;
+    n_layers_ = cfg("layers").cast<int>();
+    vocab_ = cfg("vocab").cast<int>();
+    d_ff_ = cfg("d_ff").cast<int>();
+    candidates_ = cfg("candidates").cast<int>();
+    activation_ = cfg("activation").cast<int>();
+    align_layer_ = cfg("alignment_layer").cast<int>();
+    pre_norm_ = cfg("pre_norm").cast<bool>();
+    tied_ = cfg("tied").cast<bool>();
+    emb_scale_ = cfg("embed_scale").cast<float>();
+    pos_offset_ = cfg("position_offset").cast<int>();
+    if (d_ % h_ || n_layers_ < 1 || vocab_ < 1 || candidates_ < 1 || candidates_ > vocab_ || align_layer_ < 0 ||
+        align_layer_ >= n_layers_ || activation_ < 0 || activation_ > 2) {
+      throw std::invalid_argument("native decoder step: inconsistent configuration");
+    }
+    const py::dict eps = config["eps"].cast<py::dict>();
+    auto w = [&](const std::string &key, std::vector<py::ssize_t> shape) -> const float * {
+      if (!weights.contains(key)) throw std::invalid_argument("native decoder step: no weight " + key);
+      py::array a = weights[key.c_str()].cast<py::array>();
+      keep_.push_back(a);
+      return checked<float>(a, key.c_str(), shape);
+    };
+    auto optional_w = [&](const std::string &key, std::vector<py::ssize_t> shape) -> const float * {
+      return weights.contains(key) ? w(key, shape) : nullptr;
+    };
+    // A product's weight (K, N), packed for gemm_nn (the graph's array is not kept).
+    auto packed = [&](const std::string &key, int rows, int cols) -> const float * {
+      if (!weights.contains(key)) throw std::invalid_argument("native decoder step: no weight " + key);
+      py::array a = weights[key.c_str()].cast<py::array>();
+      const float *src = checked<float>(a, key.c_str(), {rows, cols});
+      const size_t panels = (static_cast<size_t>(cols) + k_.panel - 1) / k_.panel;
+      packed_.emplace_back(panels * k_.panel * rows);
+      k_.pack_nn(src, rows, cols, packed_.back().data());
+      return packed_.back().data();
+    };
+    auto norm = [&](const std::string &key) -> Norm {
+      Norm n;
+      n.w = w(key + ".w", {d_});
+      n.b = w(key + ".b", {d_});
+      n.eps = eps[key.c_str()].cast<float>();
+      return n;
+    };
+    auto optional_norm = [&](const std::string &key) -> std::optional<Norm> {
+      return weights.contains(key + ".w") ? std::optional<Norm>(norm(key)) : std::nullopt;
+    };
+    py::array table = weights["embed"].cast<py::array>();
+    embed_ = w("embed", {-1, d_});
+    embed_rows_ = static_cast<int>(table.shape(0));
+    py::array positions = weights["positions"].cast<py::array>();
+    positions_ = w("positions", {-1, d_});
+    position_rows_ = static_cast<int>(positions.shape(0));
+    embed_norm_ = optional_norm("embed_norm");
+    first_norm_ = optional_norm("first_norm");
+    final_norm_ = optional_norm("final_norm");
+    if (pre_norm_ != first_norm_.has_value()) throw std::invalid_argument("native decoder step: pre-norm needs first_norm");
+    for (int i = 0; i < n_layers_; ++i) {
+      const std::string p = std::to_string(i) + ".";
+      Layer l;
+      l.qkv_w = packed(p + "qkv.w", d_, 3 * d_);
+      l.qkv_b = w(p + "qkv.b", {3 * d_});
+      l.self_out_w = packed(p + "self_out.w", d_, d_);
+      l.self_out_b = optional_w(p + "self_out.b", {d_});
+      l.cross_q_w = packed(p + "cross_q.w", d_, d_);
+      l.cross_q_b = optional_w(p + "cross_q.b", {d_});
+      l.cross_out_w = packed(p + "cross_out.w", d_, d_);
+      l.cross_out_b = optional_w(p + "cross_out.b", {d_});
+      l.fc1_w = packed(p + "fc1.w", d_, d_ff_);
+      l.fc1_b = optional_w(p + "fc1.b", {d_ff_});
+      l.fc2_w = packed(p + "fc2.w", d_ff_, d_);
+      l.fc2_b = optional_w(p + "fc2.b", {d_});
+      l.self_norm = norm(p + "self_norm");
+      l.cross_norm = norm(p + "cross_norm");
+      l.ffn_norm = norm(p + "ffn_norm");
+      layers_.push_back(l);
+    }
+    if (tied_) {
+      if (embed_rows_ != vocab_) throw std::invalid_argument("native decoder step: tied table is not vocab x d");
+    } else {
+      generator_ = packed("generator", d_, vocab_);
+    }
+    final_bias_ = optional_w("final_bias", {vocab_});
+    logits_mask_ = w("logits_mask", {vocab_});
+  }
+
+  std::string kernels_name() const { return k_.name; }
+
+  py::dict run(const py::array &input_ids, const py::array &position, const py::array &past_key,
+               const py::array &past_value, const py::array &cache_rows, const py::array &past_mask,
+               const std::vector<py::array> &memory_keys, const std::vector<py::array> &memory_values,
+               const py::array &src_mask, bool want_attention, bool want_log_probs) const {
+    if (input_ids.ndim() != 2 || past_key.ndim() != 5 || src_mask.ndim() != 2) {
+      throw std::invalid_argument("native decoder step: input_ids (B, K), past_key (T, R, L, h, d_k), src_mask (B, S)");
+    }
+    const py::ssize_t B = input_ids.shape(0), K = input_ids.shape(1), T = past_key.shape(0), R = past_key.shape(1);
+    const py::ssize_t S = src_mask.shape(1);
+    Inputs in;
+    in.ids = checked<int32_t>(input_ids, "input_ids", {B, K});
+    in.position = checked<int32_t>(position, "position", {B});
+    in.past_key = checked<float>(past_key, "past_key", {T, R, n_layers_, h_, dk_});
+    in.past_value = checked<float>(past_value, "past_value", {T, R, n_layers_, h_, dk_});
+    in.cache_rows = checked<int32_t>(cache_rows, "cache_rows", {B, K, T});
+    in.past_mask = checked<bool>(past_mask, "past_mask", {B, T});
+    in.src_mask = checked<bool>(src_mask, "src_mask", {B, S});
+    if (static_cast<int>(memory_keys.size()) != n_layers_ || static_cast<int>(memory_values.size()) != n_layers_) {
+      throw std::invalid_argument("native decoder step: one memory key and value per layer");
+    }
+    for (int i = 0; i < n_layers_; ++i) {
+      in.memory_keys.push_back(checked<float>(memory_keys[i], "memory_key", {B, h_, dk_, S}));
+      in.memory_values.push_back(checked<float>(memory_values[i], "memory_value", {B, h_, S, dk_}));
+    }
+    in.B = B, in.K = K, in.T = T, in.R = R, in.S = S;
+    for (py::ssize_t n = 0; n < B * K; ++n) {
+      if (in.ids[n] < 0 || in.ids[n] >= embed_rows_) throw std::invalid_argument("native decoder step: a token id is out of range");
+    }
+    for (py::ssize_t b = 0; b < B; ++b) {
+      const long p = static_cast<long>(in.position[b]) + pos_offset_;
+      if (p < 0 || p >= position_rows_) throw std::invalid_argument("native decoder step: a position is out of range");
+    }
+    for (py::ssize_t i = 0; i < B * K * T; ++i) {
+      if (in.cache_rows[i] < 0 || in.cache_rows[i] >= R) throw std::invalid_argument("native decoder step: a cache row is out of range");
+    }
+    const int C = candidates_;
+    py::array_t<float> top_values({B, K, static_cast<py::ssize_t>(C)});
+    py::array_t<int32_t> top_ids({B, K, static_cast<py::ssize_t>(C)});
+    std::vector<py::ssize_t> kv_shape{B, K, n_layers_, h_, dk_};
+    py::array_t<float> new_key(kv_shape), new_value(kv_shape);
+    py::array_t<float> attention, log_probs;
+    if (want_attention) attention = py::array_t<float>({B, K, S});
+    if (want_log_probs) log_probs = py::array_t<float>({B, K, static_cast<py::ssize_t>(vocab_)});
+    Outputs out{top_values.mutable_data(), top_ids.mutable_data(), new_key.mutable_data(), new_value.mutable_data(),
+                want_attention ? attention.mutable_data() : nullptr, want_log_probs ? log_probs.mutable_data() : nullptr};
+    {
+      py::gil_scoped_release release;
+      compute(in, out);
+    }
+    py::dict result;
+    result["top_log_probs"] = top_values;
+    result["top_ids"] = top_ids;
+    result["new_key"] = new_key;
+    result["new_value"] = new_value;
+    if (want_attention) result["attention"] = attention;
+    if (want_log_probs) result["log_probs"] = log_probs;
+    return result;
+  }
+
+ private:
+  struct Inputs {
+    const int32_t *ids, *position, *cache_rows;
+    const float *past_key, *past_value;
+    const bool *past_mask, *src_mask;
+    std::vector<const float *> memory_keys, memory_values;
+    py::ssize_t B, K, T, R, S;
+  };
+  struct Outputs {
+    float *top_values;
+    int32_t *top_ids;
+    float *new_key, *new_value, *attention, *log_probs;
+  };
+
+  void residual(const float *out, const float *w, const float *bias, int in_dim, size_t N, float *x, float *y,
+                const Norm &norm, std::vector<float> &tmp) const {
+    // x + out @ w + bias, then the norm: post-norm x = y = LN(sum); pre-norm x = sum, y = LN(sum).
+    k_.gemm_nn(out, static_cast<int>(N), in_dim, w, d_, bias, tmp.data());
+    for (size_t n = 0; n < N; ++n) {
+      float *t = tmp.data() + n * d_;
+      float *xn = x + n * d_;
+      for (int c = 0; c < d_; ++c) t[c] = xn[c] + t[c];
+      k_.layer_norm(t, d_, norm.w, norm.b, norm.eps, y + n * d_);
+      if (pre_norm_) {
+        std::memcpy(xn, t, sizeof(float) * d_);
+      } else {
+        std::memcpy(xn, y + n * d_, sizeof(float) * d_);
+      }
+    }
+  }
+
+  void compute(const Inputs &in, const Outputs &out) const {
+    const size_t B = in.B, K = in.K, T = in.T, R = in.R, S = in.S, N = B * K;
+    const int d = d_, h = h_, dk = dk_, L = n_layers_;
+    thread_local std::vector<float> x, y, qkv, mixed, tmp, hidden, logits, scores, probs, row;
+    thread_local std::vector<const float *> k_rows, v_rows;
+    k_rows.resize(T + 1), v_rows.resize(T + 1);
+    x.resize(N * d), y.resize(N * d), qkv.resize(N * 3 * d), mixed.resize(N * d), tmp.resize(N * d);
+    hidden.resize(N * d_ff_), logits.resize(N * vocab_), row.resize(vocab_);
+    scores.resize(T + 1), probs.resize(2 * S + 1);
+    // Each sentence's real past times and source positions, in order: every softmax runs over
+    // these alone, whatever the window and the padding around them.
+    std::vector<std::vector<int>> times(B), sources(B);
+    for (size_t b = 0; b < B; ++b) {
+      for (size_t t = 0; t < T; ++t)
+        if (in.past_mask[b * T + t]) times[b].push_back(static_cast<int>(t));
+      for (size_t s = 0; s < S; ++s)
+        if (in.src_mask[b * S + s]) sources[b].push_back(static_cast<int>(s));
+    }
+    // Embedding: token row * scale + position row (+ LayerNorm).
+    for (size_t n = 0; n < N; ++n) {
+      const float *e = embed_ + static_cast<size_t>(in.ids[n]) * d;
+      const float *p = positions_ + static_cast<size_t>(in.position[n / K] + pos_offset_) * d;
+      float *xn = x.data() + n * d;
+      for (int c = 0; c < d; ++c) xn[c] = (emb_scale_ != 1.f ? e[c] * emb_scale_ : e[c]) + p[c];
+      if (embed_norm_) k_.layer_norm(xn, d, embed_norm_->w, embed_norm_->b, embed_norm_->eps, xn);
+    }
+    for (size_t n = 0; n < N; ++n) {
+      if (pre_norm_) {
+        k_.layer_norm(x.data() + n * d, d, first_norm_->w, first_norm_->b, first_norm_->eps, y.data() + n * d);
+      } else {
+        std::memcpy(y.data() + n * d, x.data() + n * d, sizeof(float) * d);
+      }
+    }
+    const size_t row_stride = static_cast<size_t>(L) * d;  // one (time, cache row) of the pool
+    for (int i = 0; i < L; ++i) {
+      const Layer &l = layers_[i];
+      // Self-attention: Q (scaled), K, V of the new token in one product.
+      k_.gemm_nn(y.data(), static_cast<int>(N), d, l.qkv_w, 3 * d, l.qkv_b, qkv.data());
+      for (size_t n = 0; n < N; ++n) {
+        const float *q = qkv.data() + n * 3 * d, *k_new = q + d, *v_new = q + 2 * d;
+        std::memcpy(out.new_key + (n * L + i) * d, k_new, sizeof(float) * d);
+        std::memcpy(out.new_value + (n * L + i) * d, v_new, sizeof(float) * d);
+        const std::vector<int> &ts = times[n / K];
+        const int32_t *rows = in.cache_rows + n * T;
+        const int count = static_cast<int>(ts.size());
+        for (int c = 0; c < count; ++c) {
+          const size_t t = ts[c], at = (t * R + rows[t]) * row_stride + static_cast<size_t>(i) * d;
+          k_rows[c] = in.past_key + at;
+          v_rows[c] = in.past_value + at;
+        }
+        k_.self_attention(q, k_rows.data(), v_rows.data(), count, k_new, v_new, h, dk, scores.data(), mixed.data() + n * d);
+      }
+      residual(mixed.data(), l.self_out_w, l.self_out_b, d, N, x.data(), y.data(), l.self_norm, tmp);
+      // Cross-attention over the sentence's source (keys (h, d_k, S), values (h, S, d_k)).
+      k_.gemm_nn(y.data(), static_cast<int>(N), d, l.cross_q_w, d, l.cross_q_b, qkv.data());
+      const bool aligning = out.attention && i == align_layer_;
+      for (size_t n = 0; n < N; ++n) {
+        const size_t b = n / K;
+        float *align = aligning ? out.attention + n * S : nullptr;
+        if (align) std::fill(align, align + S, 0.f);
+        k_.cross_attention(qkv.data() + n * d, in.memory_keys[i] + b * h * dk * S, in.memory_values[i] + b * h * S * dk,
+                           static_cast<int>(S), sources[b].data(), static_cast<int>(sources[b].size()), h, dk,
+                           probs.data(), mixed.data() + n * d, align);
+      }
+      residual(mixed.data(), l.cross_out_w, l.cross_out_b, d, N, x.data(), y.data(), l.cross_norm, tmp);
+      // Feed-forward.
+      k_.gemm_nn(y.data(), static_cast<int>(N), d, l.fc1_w, d_ff_, l.fc1_b, hidden.data());
+      if (activation_ == kRelu) {
+        k_.relu(hidden.data(), static_cast<int>(N * d_ff_));
+      } else if (activation_ == kSwish) {
+        k_.swish(hidden.data(), static_cast<int>(N * d_ff_));
+      } else {
+        for (size_t c = 0; c < N * d_ff_; ++c) hidden[c] = 0.5f * hidden[c] * (1.f + std::erf(hidden[c] * 0.70710678118654752f));
+      }
+      residual(hidden.data(), l.fc2_w, l.fc2_b, d_ff_, N, x.data(), y.data(), l.ffn_norm, tmp);
+    }
+    if (final_norm_) {
+      for (size_t n = 0; n < N; ++n) k_.layer_norm(y.data() + n * d, d, final_norm_->w, final_norm_->b, final_norm_->eps, y.data() + n * d);
+    }
+    if (tied_) {
+      k_.gemm_nt(y.data(), static_cast<int>(N), d, embed_, vocab_, logits.data());
+    } else {
+      k_.gemm_nn(y.data(), static_cast<int>(N), d, generator_, vocab_, nullptr, logits.data());
+    }
+    const int V = vocab_, C = candidates_;
+    for (size_t n = 0; n < N; ++n) {
+      float *lg = logits.data() + n * V;
+      if (final_bias_) k_.add(lg, final_bias_, V);
+      // log-softmax, then the mask (as the graph: LogSoftmax, then Add).
+      const float top = k_.max(lg, V);
+      const float lse = std::log(k_.exp_shifted(lg, V, top, row.data()));
+      float *lp = out.log_probs ? out.log_probs + n * V : row.data();
+      for (int v = 0; v < V; ++v) lp[v] = ((lg[v] - top) - lse) + logits_mask_[v];
+      // The best C, highest first; equal values by lower id (as TopK).
+      float *tv = out.top_values + n * C;
+      int32_t *ti = out.top_ids + n * C;
+      int filled = 0;
+      for (int v = 0; v < V; ++v) {
+        const float value = lp[v];
+        if (filled == C && !(value > tv[C - 1])) continue;
+        int at = filled < C ? filled : C - 1;
+        while (at > 0 && tv[at - 1] < value) {
+          tv[at] = tv[at - 1];
+          ti[at] = ti[at - 1];
+          --at;
+        }
+        tv[at] = value;
+        ti[at] = v;
+        if (filled < C) ++filled;
+      }
+    }
+  }
+
+  const Kernels &k_;
+  std::vector<py::array> keep_;  // the weights' arrays read in place (norms, tables, biases)
+  std::deque<std::vector<float>> packed_;  // the products' weights, packed (kernels.h pack_nn)
+  int d_, h_, dk_, n_layers_, vocab_, d_ff_, candidates_, activation_, align_layer_;
+  bool pre_norm_, tied_;
+  float emb_scale_;
+  int pos_offset_, embed_rows_ = 0, position_rows_ = 0;
+  const float *embed_ = nullptr, *positions_ = nullptr, *generator_ = nullptr, *final_bias_ = nullptr,
+              *logits_mask_ = nullptr;
+  std::optional<Norm> embed_norm_, first_norm_, final_norm_;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace
+
+void register_decoder_step(py::module_ &module) {
+  module.def("kernels", [] { return std::string(kernels().name); },
+             "The instruction set the decoder step's kernels were chosen for on this CPU.");
+  py::class_<DecoderStep>(module, "DecoderStep",
+                          "The fused CPU decoder graph's step in compiled code, from its weights (batch-invariant).")
+      .def(py::init<const py::dict &, const py::dict &>(), py::arg("config"), py::arg("weights"))
+      .def_property_readonly("kernels", &DecoderStep::kernels_name)
+      .def("run", &DecoderStep::run, py::arg("input_ids"), py::arg("position"), py::arg("past_key"),
+           py::arg("past_value"), py::arg("cache_rows"), py::arg("past_mask"), py::arg("memory_keys"),
+           py::arg("memory_values"), py::arg("src_mask"), py::arg("attention") = false, py::arg("log_probs") = false,
+           "One step: the decoder graph's outputs by name (attention and log_probs when asked).");
+}
+
+}  // namespace nmtnative

@@ -1,0 +1,50 @@
+// The native decoder step's kernels (issue 49), one table per instruction set: AVX-512, AVX2 with
+// FMA, and portable scalar code. The step picks one table at load time (``kernels()``).
+//
+// Every kernel computes each output from its own row's data in an order that depends only on the
+// sizes of that row's reductions (a model dimension, a sentence's own past or source length),
+// never on how many rows run beside it or where they sit: a sentence's step is the same bits in
+// any batch, by construction. Products are accumulated with fused multiply-adds, in order.
+#pragma once
+
+#include <cstddef>
+
+namespace nmtnative {
+
+struct Kernels {
+  const char *name;
+  int panel;  // columns of a packed weight's panel (pack_nn)
+  // w (K, N) packed for gemm_nn: panels of ``panel`` columns (the last zero-padded), each (K, panel)
+  // contiguous, so a product streams its weights in order; out: ceil(N / panel) * panel * K floats.
+  void (*pack_nn)(const float *w, int K, int N, float *out);
+  // y (M, N) = x (M, K) @ w (K, N) [+ bias (N)], w packed by pack_nn; each y[m][n] one FMA chain
+  // over k in order.
+  void (*gemm_nn)(const float *x, int M, int K, const float *w, int N, const float *bias, float *y);
+  // y (M, N) = x (M, K) @ e (N, K)^T: dot products of rows (the tied vocabulary table).
+  void (*gemm_nt)(const float *x, int M, int K, const float *e, int N, float *y);
+  float (*dot)(const float *a, const float *b, int n);
+  void (*axpy)(float a, const float *x, float *y, int n);  // y += a * x
+  float (*max)(const float *x, int n);
+  float (*exp_shifted)(const float *x, int n, float shift, float *out);  // out = exp(x - shift); -> sum
+  void (*add)(float *y, const float *x, int n);  // y += x
+  void (*relu)(float *x, int n);
+  void (*swish)(float *x, int n);
+  void (*layer_norm)(const float *x, int d, const float *w, const float *b, float eps, float *out);
+  // One hypothesis' self-attention, every head: its past's key and value rows (all heads each,
+  // in time order) and its new entry; softmax over the past and the new entry alone. out (h * dk);
+  // work: count + 1 floats.
+  void (*self_attention)(const float *q, const float *const *k_rows, const float *const *v_rows, int count,
+                         const float *k_new, const float *v_new, int h, int dk, float *work, float *out);
+  // One hypothesis' cross-attention, every head: keys (h, dk, S), values (h, S, dk), the source's
+  // real positions pos[count] in order; out (h * dk); align (S, or null) += each head's probs / h.
+  // work: 2 * S floats.
+  void (*cross_attention)(const float *q, const float *keys, const float *values, int S, const int *pos, int count,
+                          int h, int dk, float *work, float *out, float *align);
+};
+
+const Kernels &kernels();
+Kernels kernels_avx512();
+Kernels kernels_avx2();
+Kernels kernels_scalar();
+
+}  // namespace nmtnative

@@ -1,0 +1,247 @@
+// The kernels of kernels.h written once over an instruction set's vector type ``V`` (included by
+// kernels_avx512.cpp, kernels_avx2.cpp and kernels_scalar.cpp, each compiled for its own set).
+//
+// V gives: T, W (lanes), zero(), set1(f), load(p), load_n(p, n, fill) (lanes >= n = fill),
+// store(p, v), store_n(p, v, n), fma(a, b, c) = a * b + c rounded once, add, sub, mul, div, max,
+// hsum(v) and hmax(v) (a fixed tree), keep_n(v, n) (lanes >= n = 0), exp(v).
+#pragma once
+
+#include <cmath>
+
+#include "kernels.h"
+
+namespace nmtnative {
+
+template <class V>
+struct Impl {
+  using T = typename V::T;
+  static constexpr int W = V::W;
+
+  static constexpr int NB = 4 * W;  // a panel: 4 vectors of columns
+
+  static void pack_nn(const float *w, int K, int N, float *out) {
+    for (int n0 = 0; n0 < N; n0 += NB)
+      for (int k = 0; k < K; ++k)
+        for (int j = 0; j < NB; ++j) *out++ = n0 + j < N ? w[static_cast<size_t>(k) * N + n0 + j] : 0.f;
+  }
+
+  // R rows against one panel: each output one FMA chain over k (bias added after); the panel's
+  // columns past N (zero-padded) are computed and not stored.
+  template <int R>
+  static inline void nn_block(const float *x, int K, const float *panel, int N, const float *bias, float *y, int m, int n0) {
+    T acc[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < 4; ++c) acc[r][c] = V::zero();
+    const float *wk = panel;
+    for (int k = 0; k < K; ++k, wk += NB) {
+      T wv[4];
+      for (int c = 0; c < 4; ++c) wv[c] = V::load(wk + c * W);
+      for (int r = 0; r < R; ++r) {
+        const T xb = V::set1(x[(size_t)(m + r) * K + k]);
+        for (int c = 0; c < 4; ++c) acc[r][c] = V::fma(xb, wv[c], acc[r][c]);
+      }
+    }
+    for (int c = 0; c < 4; ++c) {
+      const int col = n0 + c * W, n = N - col;
+      if (n <= 0) break;
+      for (int r = 0; r < R; ++r) {
+        T v = acc[r][c];
+        float *out = y + (size_t)(m + r) * N + col;
+        if (n >= W) {
+          if (bias) v = V::add(v, V::load(bias + col));
+          V::store(out, v);
+        } else {
+          if (bias) v = V::add(v, V::load_n(bias + col, n, 0.f));
+          V::store_n(out, v, n);
+        }
+      }
+    }
+  }
+
+  static void gemm_nn(const float *x, int M, int K, const float *w, int N, const float *bias, float *y) {
+    for (int n0 = 0; n0 < N; n0 += NB) {  // a panel stays in cache while every row passes
+      const float *panel = w + static_cast<size_t>(n0) * K;
+      int m = 0;
+      for (; m + 4 <= M; m += 4) nn_block<4>(x, K, panel, N, bias, y, m, n0);
+      for (; m < M; ++m) nn_block<1>(x, K, panel, N, bias, y, m, n0);
+    }
+  }
+
+  // R rows of x against C rows of e: vector partial sums over k, then one fixed tree per output.
+  template <int R, int C>
+  static inline void nt_block(const float *x, int K, const float *e, int N, float *y, int m, int n) {
+    T acc[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c] = V::zero();
+    int k = 0;
+    for (; k + W <= K; k += W) {
+      T ev[C];
+      for (int c = 0; c < C; ++c) ev[c] = V::load(e + (size_t)(n + c) * K + k);
+      for (int r = 0; r < R; ++r) {
+        const T xv = V::load(x + (size_t)(m + r) * K + k);
+        for (int c = 0; c < C; ++c) acc[r][c] = V::fma(xv, ev[c], acc[r][c]);
+      }
+    }
+    if (k < K) {
+      T ev[C];
+      for (int c = 0; c < C; ++c) ev[c] = V::load_n(e + (size_t)(n + c) * K + k, K - k, 0.f);
+      for (int r = 0; r < R; ++r) {
+        const T xv = V::load_n(x + (size_t)(m + r) * K + k, K - k, 0.f);
+        for (int c = 0; c < C; ++c) acc[r][c] = V::fma(xv, ev[c], acc[r][c]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) y[(size_t)(m + r) * N + n + c] = V::hsum(acc[r][c]);
+  }
+
+  static void gemm_nt(const float *x, int M, int K, const float *e, int N, float *y) {
+    int n = 0;
+    for (; n + 4 <= N; n += 4) {
+      int m = 0;
+      for (; m + 4 <= M; m += 4) nt_block<4, 4>(x, K, e, N, y, m, n);
+      for (; m < M; ++m) nt_block<1, 4>(x, K, e, N, y, m, n);
+    }
+    for (; n < N; ++n) {
+      int m = 0;
+      for (; m + 4 <= M; m += 4) nt_block<4, 1>(x, K, e, N, y, m, n);
+      for (; m < M; ++m) nt_block<1, 1>(x, K, e, N, y, m, n);
+    }
+  }
+
+  static float dot(const float *a, const float *b, int n) {
+    T acc = V::zero();
+    int i = 0;
+    for (; i + W <= n; i += W) acc = V::fma(V::load(a + i), V::load(b + i), acc);
+    if (i < n) acc = V::fma(V::load_n(a + i, n - i, 0.f), V::load_n(b + i, n - i, 0.f), acc);
+    return V::hsum(acc);
+  }
+
+  static void axpy(float a, const float *x, float *y, int n) {
+    const T av = V::set1(a);
+    int i = 0;
+    for (; i + W <= n; i += W) V::store(y + i, V::fma(av, V::load(x + i), V::load(y + i)));
+    if (i < n) V::store_n(y + i, V::fma(av, V::load_n(x + i, n - i, 0.f), V::load_n(y + i, n - i, 0.f)), n - i);
+  }
+
+  static float max(const float *x, int n) {
+    T acc = V::set1(-INFINITY);
+    int i = 0;
+    for (; i + W <= n; i += W) acc = V::max(acc, V::load(x + i));
+    if (i < n) acc = V::max(acc, V::load_n(x + i, n - i, -INFINITY));
+    return V::hmax(acc);
+  }
+
+  static float exp_shifted(const float *x, int n, float shift, float *out) {
+    const T s = V::set1(shift);
+    T acc = V::zero();
+    int i = 0;
+    for (; i + W <= n; i += W) {
+      const T e = V::exp(V::sub(V::load(x + i), s));
+      V::store(out + i, e);
+      acc = V::add(acc, e);
+    }
+    if (i < n) {
+      const T e = V::keep_n(V::exp(V::sub(V::load_n(x + i, n - i, 0.f), s)), n - i);
+      V::store_n(out + i, e, n - i);
+      acc = V::add(acc, e);
+    }
+    return V::hsum(acc);
+  }
+
+  static void add(float *y, const float *x, int n) {
+    int i = 0;
+    for (; i + W <= n; i += W) V::store(y + i, V::add(V::load(y + i), V::load(x + i)));
+    if (i < n) V::store_n(y + i, V::add(V::load_n(y + i, n - i, 0.f), V::load_n(x + i, n - i, 0.f)), n - i);
+  }
+
+  static void relu(float *x, int n) {
+    int i = 0;
+    for (; i + W <= n; i += W) V::store(x + i, V::max(V::load(x + i), V::zero()));
+    if (i < n) V::store_n(x + i, V::max(V::load_n(x + i, n - i, 0.f), V::zero()), n - i);
+  }
+
+  static inline T swish_v(T v) {  // x * sigmoid(x) = x / (1 + exp(-x))
+    return V::div(v, V::add(V::set1(1.f), V::exp(V::sub(V::zero(), v))));
+  }
+
+  static void swish(float *x, int n) {
+    int i = 0;
+    for (; i + W <= n; i += W) V::store(x + i, swish_v(V::load(x + i)));
+    if (i < n) V::store_n(x + i, swish_v(V::load_n(x + i, n - i, 0.f)), n - i);
+  }
+
+  static void layer_norm(const float *x, int d, const float *w, const float *b, float eps, float *out) {
+    T acc = V::zero();
+    int i = 0;
+    for (; i + W <= d; i += W) acc = V::add(acc, V::load(x + i));
+    if (i < d) acc = V::add(acc, V::load_n(x + i, d - i, 0.f));
+    const float mean = V::hsum(acc) / static_cast<float>(d);
+    const T mv = V::set1(mean);
+    acc = V::zero();
+    for (i = 0; i + W <= d; i += W) {
+      const T c = V::sub(V::load(x + i), mv);
+      acc = V::fma(c, c, acc);
+    }
+    if (i < d) {
+      const T c = V::keep_n(V::sub(V::load_n(x + i, d - i, 0.f), mv), d - i);
+      acc = V::fma(c, c, acc);
+    }
+    const float var = V::hsum(acc) / static_cast<float>(d);
+    const T inv = V::set1(1.f / std::sqrt(var + eps));
+    for (i = 0; i + W <= d; i += W) {
+      const T c = V::mul(V::sub(V::load(x + i), mv), inv);
+      V::store(out + i, V::fma(c, V::load(w + i), V::load(b + i)));
+    }
+    if (i < d) {
+      const int n = d - i;
+      const T c = V::mul(V::sub(V::load_n(x + i, n, 0.f), mv), inv);
+      V::store_n(out + i, V::fma(c, V::load_n(w + i, n, 0.f), V::load_n(b + i, n, 0.f)), n);
+    }
+  }
+
+  static void self_attention(const float *q, const float *const *k_rows, const float *const *v_rows, int count,
+                             const float *k_new, const float *v_new, int h, int dk, float *work, float *out) {
+    for (int j = 0; j < h; ++j) {
+      const int head = j * dk;
+      for (int c = 0; c < count; ++c) work[c] = dot(q + head, k_rows[c] + head, dk);
+      work[count] = dot(q + head, k_new + head, dk);
+      const float top = max(work, count + 1);
+      const float total = exp_shifted(work, count + 1, top, work);
+      float *o = out + head;
+      for (int e = 0; e < dk; ++e) o[e] = 0.f;
+      for (int c = 0; c < count; ++c) axpy(work[c] / total, v_rows[c] + head, o, dk);
+      axpy(work[count] / total, v_new + head, o, dk);
+    }
+  }
+
+  static void cross_attention(const float *q, const float *keys, const float *values, int S, const int *pos, int count,
+                              int h, int dk, float *work, float *out, float *align) {
+    float *full = work + S;
+    for (int j = 0; j < h; ++j) {
+      const int head = j * dk;
+      const float *kj = keys + static_cast<size_t>(j) * dk * S, *vj = values + static_cast<size_t>(j) * S * dk;
+      for (int s = 0; s < S; ++s) full[s] = 0.f;
+      for (int c = 0; c < dk; ++c) axpy(q[head + c], kj + static_cast<size_t>(c) * S, full, S);  // chains over d_k, in order
+      for (int c = 0; c < count; ++c) work[c] = full[pos[c]];
+      float *o = out + head;
+      for (int e = 0; e < dk; ++e) o[e] = 0.f;
+      if (count == 0) continue;
+      const float top = max(work, count);
+      const float total = exp_shifted(work, count, top, work);
+      for (int c = 0; c < count; ++c) {
+        const float p = work[c] / total;
+        axpy(p, vj + static_cast<size_t>(pos[c]) * dk, o, dk);
+        if (align) align[pos[c]] += p;
+      }
+    }
+    if (align)
+      for (int s = 0; s < S; ++s) align[s] /= static_cast<float>(h);
+  }
+
+  static Kernels table(const char *name) {
+    return Kernels{name, NB, pack_nn, gemm_nn, gemm_nt, dot, axpy, max, exp_shifted, add, relu, swish, layer_norm,
+                   self_attention, cross_attention};
+  }
+};
+
+}  // namespace nmtnative

@@ -1,0 +1,165 @@
+"""The decoder's step in compiled code, from the fused CPU graph's weights (issue 49).
+
+``nmtserve_native.DecoderStep`` (native/src/decoder_step.cpp) computes what
+``nmtserve.export.cpu_graph``'s decoder computes for a step, in one call: no graph executor, no
+shape nodes, the cache read where it lies, ~25 kernel calls a layer instead of ~60 nodes. The
+graph stays the reference and the fallback: this module reads its weights out of the graph file
+(the builder names them by role), so a repository needs nothing new, and checks the graph is one
+the step can run: fp32 and written by ``cpu_graph`` (int8 graphs, the portable graph of the GPU
+target and graphs of other writers run on ONNX Runtime as before).
+
+Its arithmetic is its own (fused multiply-adds in a fixed order, a polynomial ``exp``), so it
+rounds differently from ONNX Runtime's kernels: tests/test_native_step.py holds it to the graph's
+outputs within float32 noise, to the PyTorch reference's decodes token for token, and to batch
+invariance bit for bit (a sentence's step is the same alone, in any batch and at any offset of its
+past in the cache window: by construction, with no float64 sums).
+
+``NMTSERVE_NATIVE_STEP``: ``1`` runs the compiled step where the graph allows it; ``0`` or unset:
+ONNX Runtime runs the graph (the default until the compiled step has been measured on every
+shape; bench/native_step.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .. import graphs
+from ..decoding import native
+from .spec import ModelSpec
+
+log = logging.getLogger(__name__)
+
+ENV = "NMTSERVE_NATIVE_STEP"
+ACTIVATIONS = {"relu": 0, "gelu": 1, "swish": 2}
+
+
+class Unsupported(ValueError):
+    """The decoder graph is not one the compiled step runs (it stays on ONNX Runtime)."""
+
+
+def wanted() -> bool:
+    return os.environ.get(ENV, "0") == "1"
+
+
+def read_cpu_decoder(path: Path, spec: ModelSpec) -> tuple[dict, dict[str, np.ndarray]]:
+    """(config, weights) of a fused CPU decoder graph, as ``DecoderStep`` takes them."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    g = model.graph
+    if g.name != "nmtserve_decoder_cpu":
+        raise Unsupported(f"{Path(path).name} is not the fused CPU decoder (graph {g.name!r})")
+    quantized = {n.op_type for n in g.node} & {"DynamicQuantizeMatMul", "MatMulInteger", "MatMulIntegerToFloat",
+                                               "DynamicQuantizeLinear", "QLinearMatMul"}
+    if quantized:
+        raise Unsupported(f"{Path(path).name} is quantized ({', '.join(sorted(quantized))})")
+    init = {t.name: t for t in g.initializer}
+    nodes = {n.name: n for n in g.node}
+
+    def array(name: str) -> np.ndarray:
+        if name not in init:
+            raise Unsupported(f"{Path(path).name} has no initializer {name!r}")
+        a = numpy_helper.to_array(init[name])
+        if a.dtype != np.float32 and a.dtype.kind == "f":
+            raise Unsupported(f"{name} is {a.dtype}, not float32")
+        return a
+
+    def eps(node_name: str) -> float:
+        node = nodes[node_name]
+        return next((a.f for a in node.attribute if a.name == "epsilon"), 1e-5)
+
+    weights: dict[str, np.ndarray] = {}
+    config: dict = {"eps": {}}
+    table = array("tgt_embed.lut.weight")
+    d = int(table.shape[1])
+    weights["embed"] = table
+    weights["positions"] = array("tgt_embed.positions")
+    config["embed_scale"] = float(array("/tgt_embed/scale").reshape(-1)[0]) if "/tgt_embed/scale" in init else 1.0
+    config["position_offset"] = int(array("/tgt_embed/offset").reshape(-1)[0]) if "/tgt_embed/offset" in init else 0
+
+    def norm(key: str, node_name: str) -> None:
+        weights[f"{key}.w"] = array(f"{node_name}.weight")
+        weights[f"{key}.b"] = array(f"{node_name}.bias")
+        config["eps"][key] = eps(node_name)
+
+    if "/tgt_embed/norm" in nodes:
+        norm("embed_norm", "/tgt_embed/norm")
+    pre_norm = "/decoder_layers.0/sub_self/norm" in nodes
+    if pre_norm:
+        norm("first_norm", "/decoder_layers.0/sub_self/norm")
+    if "/decoder_norm" in nodes:
+        norm("final_norm", "/decoder_norm")
+    activation = next((a for a in ACTIVATIONS if f"/decoder_layers.0/ffn/{a}" in nodes), None)
+    if activation is None:
+        raise Unsupported("the feed-forward activation is not relu, gelu or swish")
+    attention = nodes.get("/attention")
+    if attention is None:
+        raise Unsupported("the graph has no attention output")
+    align = int(attention.input[0].split("/")[1].split(".")[1])  # /decoder_layers.{i}/cross_attn/probs_out
+    for i in range(spec.layers):
+        p = f"/decoder_layers.{i}"
+        weights[f"{i}.qkv.w"] = array(f"{p}.self_attn.qkv_proj.weight_t")
+        weights[f"{i}.qkv.b"] = array(f"{p}.self_attn.qkv_proj.bias")
+        weights[f"{i}.cross_q.w"] = array(f"{p}.cross_attn.q_proj.weight_t")
+        weights[f"{i}.cross_q.b"] = array(f"{p}.cross_attn.q_proj.bias")
+        for key, name in (("self_out", f"{p}/self_attn/out_proj"), ("cross_out", f"{p}/cross_attn/out_proj"),
+                          ("fc1", f"{p}/ffn/fc1"), ("fc2", f"{p}/ffn/fc2")):
+            weights[f"{i}.{key}.w"] = array(f"{name}.weight_t")
+            if f"{name}.bias" in init:
+                weights[f"{i}.{key}.b"] = array(f"{name}.bias")
+        for key, name in (("self_norm", f"{p}/self_attn/out_proj/norm"), ("cross_norm", f"{p}/cross_attn/out_proj/norm"),
+                          ("ffn_norm", f"{p}/ffn/fc2/norm")):
+            norm(f"{i}.{key}", name)
+    tied = "/generator/Gemm" in nodes
+    if not tied:
+        weights["generator"] = array("generator.weight_t")
+    if "final_logits_bias" in init:
+        weights["final_bias"] = array("final_logits_bias")
+    weights["logits_mask"] = array("logits_mask")
+    config.update(d_model=d, heads=spec.heads, layers=spec.layers, vocab=spec.vocab,
+                  d_ff=int(weights["0.fc1.w"].shape[1]), candidates=int(array("/top/k")[0]),
+                  activation=ACTIVATIONS[activation], alignment_layer=align, pre_norm=pre_norm, tied=tied)
+    weights = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()}
+    return config, weights
+
+
+class NativeDecoder:
+    """``run_step`` of the decoder contract (``nmtserve.graphs``) on ``nmtserve_native.DecoderStep``."""
+
+    def __init__(self, path: Path, spec: ModelSpec):
+        if native.module is None or not hasattr(native.module, "DecoderStep"):
+            raise Unsupported("nmtserve_native is not installed")
+        config, weights = read_cpu_decoder(path, spec)
+        self.layers = spec.layers
+        self.step = native.module.DecoderStep(config, weights)
+        self.kernels = self.step.kernels
+
+    def run_step(self, feeds: dict, outputs: Sequence[str] = graphs.STEP_OUTPUTS) -> dict:
+        out = self.step.run(
+            np.ascontiguousarray(feeds["input_ids"], dtype=np.int32), np.ascontiguousarray(feeds["position"], dtype=np.int32),
+            np.ascontiguousarray(feeds["past_key"], dtype=np.float32), np.ascontiguousarray(feeds["past_value"], dtype=np.float32),
+            np.ascontiguousarray(feeds["cache_rows"], dtype=np.int32), np.ascontiguousarray(feeds["past_mask"], dtype=bool),
+            [np.ascontiguousarray(feeds[graphs.memory_key(i)], dtype=np.float32) for i in range(self.layers)],
+            [np.ascontiguousarray(feeds[graphs.memory_value(i)], dtype=np.float32) for i in range(self.layers)],
+            np.ascontiguousarray(feeds["src_mask"], dtype=bool),
+            attention=graphs.ATTENTION in outputs, log_probs="log_probs" in outputs)
+        return {name: out[name] for name in outputs}
+
+
+def load(path: Path, spec: ModelSpec) -> NativeDecoder | None:
+    """The compiled step for this decoder when ``NMTSERVE_NATIVE_STEP=1`` and the graph allows it."""
+    if not wanted():
+        return None
+    try:
+        step = NativeDecoder(path, spec)
+    except Unsupported as exc:
+        log.warning("%s=1, but the decoder runs on ONNX Runtime: %s", ENV, exc)
+        return None
+    log.info("the decoder step runs compiled (nmtserve_native, %s kernels)", step.kernels)
+    return step

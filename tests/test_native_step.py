@@ -1,0 +1,156 @@
+"""The decoder step in compiled code (``nmtserve_native.DecoderStep``, issue 49) against its
+references: the fused CPU graph it reads its weights from and PyTorch's ``decode_step`` (every
+layout the config has, within float32 noise), batch invariance to the bit, and served decodes of
+the held-out sentences equal to the PyTorch reference decode, token for token."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from nmtserve import graphs
+from nmtserve.decoding import native
+from nmtserve.decoding.search import SearchOptions
+from nmtserve.export.cpu_graph import build_cpu_decoder
+from nmtserve.export.quantize import quantize_int8
+from nmtserve.runtime import native_step
+from nmtserve.runtime.onnxruntime import session_options
+from tests.test_batch_invariance import _batch, _sentence
+from tests.test_batch_invariance import _model as _invariance_model
+from tests.test_cpu_graph import LAYOUTS, _feeds, _model, _torch_step
+
+pytestmark = pytest.mark.skipif(native.module is None and not os.environ.get("CI"),
+                                reason="nmtserve_native is not installed (scripts/setup.sh builds it)")
+ALL = tuple(t.name for t in graphs.decoder_outputs(graphs.Dims(3, 4, 8, 67)))
+
+
+def _spec(model):
+    c = model.config
+    return SimpleNamespace(layers=c.decoder_layers, heads=c.h, vocab=c.tgt_vocab_size)
+
+
+def test_the_compiled_step_is_installed_where_ci_runs():
+    assert native.module is not None and hasattr(native.module, "DecoderStep")
+    assert native.module.kernels() in ("avx512", "avx2", "scalar")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_compiled_step_equals_the_graph_and_pytorch(tmp_path, layout):
+    model = _model(**LAYOUTS[layout])
+    path = build_cpu_decoder(model, tmp_path / "decoder.onnx")
+    session = ort.InferenceSession(str(path), session_options(1), providers=["CPUExecutionProvider"])
+    step = native_step.NativeDecoder(path, _spec(model))
+    # (batch, beam, past, source): one sentence, greedy, a fresh batch's single dummy slot, wide.
+    for seed, shape in enumerate([(1, 4, 6, 9), (3, 1, 4, 5), (2, 3, 1, 7), (5, 2, 11, 13), (9, 4, 3, 20)]):
+        feeds = _feeds(model, *shape, seed=seed)
+        got = step.run_step(feeds, ALL)
+        graph = dict(zip(ALL, session.run(list(ALL), feeds), strict=True))
+        log_probs, new_key, new_value = _torch_step(model, feeds)
+        real = np.isfinite(log_probs)
+        np.testing.assert_array_equal(np.isfinite(got["log_probs"]), real)  # the mask's -inf in both
+        np.testing.assert_allclose(got["log_probs"][real], log_probs[real], atol=3e-5, rtol=0)
+        np.testing.assert_allclose(got["log_probs"][real], graph["log_probs"][real], atol=3e-5, rtol=0)
+        np.testing.assert_allclose(got["new_key"], new_key, atol=2e-5, rtol=0)
+        np.testing.assert_allclose(got["new_value"], new_value, atol=2e-5, rtol=0)
+        np.testing.assert_allclose(got["attention"], graph["attention"], atol=1e-6, rtol=0)
+        m = got["top_ids"].shape[-1]
+        assert got["top_ids"].dtype == np.int32 and m == graph["top_ids"].shape[-1]
+        # Its own best candidates, in TopK's order (equal values: the lower id first).
+        np.testing.assert_array_equal(got["top_ids"], np.argsort(-got["log_probs"], axis=-1, kind="stable")[..., :m])
+        np.testing.assert_array_equal(got["top_log_probs"], np.take_along_axis(got["log_probs"], got["top_ids"], -1))
+        np.testing.assert_allclose(got["top_log_probs"], graph["top_log_probs"], atol=3e-5, rtol=0)
+        # The served step's outputs alone: the same arrays.
+        served = step.run_step(feeds)
+        assert set(served) == set(graphs.STEP_OUTPUTS)
+        for name in served:
+            np.testing.assert_array_equal(served[name], got[name])
+
+
+def test_a_sentence_gives_the_same_bits_alone_and_in_any_batch(tmp_path):
+    """As tests/test_batch_invariance.py's graph-level check: others beside it, its past later in the
+    window, its source padded. By construction here (every sum over the row's own data, in an order
+    its own lengths fix), with no float64 sum."""
+    model = _invariance_model()
+    step = native_step.NativeDecoder(build_cpu_decoder(model, tmp_path / "decoder.onnx"), _spec(model))
+    rng = np.random.default_rng(0)
+    beam = 4
+    for trial in range(8):
+        past, src = int(rng.integers(1, 9)), int(rng.integers(2, 9))
+        mine = _sentence(rng, model, past, src, beam)
+        alone = step.run_step(_batch(model, [mine], [0], past, src, beam), ALL)
+        others = [_sentence(rng, model, int(rng.integers(1, 12)), int(rng.integers(2, 14)), beam) for _ in range(3 + trial)]
+        place = trial % 4
+        sentences = others[:place] + [mine] + others[place:]
+        offsets = [int(rng.integers(0, 5)) for _ in sentences]
+        offsets[place] = int(rng.integers(1, 20))
+        window = max(o + s["past_k"].shape[0] for o, s in zip(offsets, sentences, strict=True))
+        src_len = max(s["mem_k"][0].shape[-1] for s in sentences) + 3
+        together = step.run_step(_batch(model, sentences, offsets, window, src_len, beam), ALL)
+        for name in ALL:
+            got = together[name][place]
+            if name == graphs.ATTENTION:
+                assert not got[..., src:].any(), f"attention on padding (trial {trial})"
+                got = got[..., :src]
+            np.testing.assert_array_equal(got, alone[name][0], err_msg=f"{name} (trial {trial})")
+
+
+def test_graphs_it_cannot_run_stay_on_onnx_runtime(tmp_path, monkeypatch, caplog):
+    model = _model()
+    path = build_cpu_decoder(model, tmp_path / "decoder.onnx")
+    q = quantize_int8(path, tmp_path / "int8.onnx")
+    with pytest.raises(native_step.Unsupported, match="quantized"):
+        native_step.NativeDecoder(q.path, _spec(model))
+    monkeypatch.setenv(native_step.ENV, "1")
+    assert native_step.load(q.path, _spec(model)) is None
+    assert "runs on ONNX Runtime" in caplog.text
+    assert native_step.load(path, _spec(model)) is not None
+    monkeypatch.setenv(native_step.ENV, "0")
+    assert native_step.load(path, _spec(model)) is None
+
+
+def test_bad_feeds_are_refused_by_name(tmp_path):
+    model = _model()
+    step = native_step.NativeDecoder(build_cpu_decoder(model, tmp_path / "decoder.onnx"), _spec(model))
+    feeds = _feeds(model, 2, 3, 4, 5, seed=0)
+    for name, value, message in (("input_ids", np.full((2, 3), 10_000, np.int32), "token id is out of range"),
+                                 ("cache_rows", np.full((2, 3, 4), -1, np.int32), "cache row is out of range"),
+                                 ("past_mask", np.ones((2, 5), bool), "past_mask dimension 1 is 5, expected 4")):
+        with pytest.raises(ValueError, match=message):
+            step.run_step({**feeds, name: value})
+
+
+def test_served_decodes_of_the_held_out_sentences_equal_the_reference(demo_repository, demo_checkpoint, demo_sentences,
+                                                                        monkeypatch):
+    """The engine on the compiled step: 96 held-out sentences in bulk and 24 of them one at a time,
+    against the PyTorch reference decode: the same tokens, the same scores bar float32 noise, and the
+    same bits alone as in bulk."""
+    from nmtserve.engine import InflightBatcher
+    from nmtserve.model.reference import reference_decode
+    from nmtserve.runtime.onnxruntime import OnnxModel
+    from nmtserve.runtime.spec import ModelSpec
+
+    monkeypatch.setenv(native_step.ENV, "1")
+    folder = Path(demo_repository) / "generate" / "1"
+    runtime = OnnxModel(folder / "encoder.onnx", folder / "decoder.onnx", ModelSpec.load(folder / "model.json"), threads=1)
+    assert runtime.native_step is not None
+    tok = demo_checkpoint.tokenizer
+    sources = [tok.encode(t) for t in demo_sentences[-96:]]
+    options = SearchOptions(beam_size=4, max_length=128, num_hypotheses=2, alignment=True)
+    engine = InflightBatcher(runtime, max_sentences=32).start()
+    try:
+        bulk = engine.translate(sources, options, timeout=300)
+        alone = [engine.translate([s], options, timeout=60)[0] for s in sources[::4]]
+    finally:
+        engine.stop()
+    reference = [h for at in range(0, len(sources), 32) for h in reference_decode(demo_checkpoint.model, sources[at:at + 32], options)]
+    for i, (got, want) in enumerate(zip(bulk, reference, strict=True)):
+        assert [h.tokens for h in got] == [h.tokens for h in want], i
+        assert [h.alignment for h in got] == [h.alignment for h in want], i
+        np.testing.assert_allclose([h.score for h in got], [h.score for h in want], atol=1e-4)
+    for got, want in zip(alone, bulk[::4], strict=True):
+        assert [(h.tokens, h.score) for h in got] == [(h.tokens, h.score) for h in want]
