@@ -153,8 +153,15 @@ class DecoderStep {
       l.ffn_norm = norm(p + "ffn_norm");
       layers_.push_back(l);
     }
-    if (tied_) {
+    if (tied_) {  // the tied table (V, d), transposed into the product's panels
       if (embed_rows_ != vocab_) throw std::invalid_argument("native decoder step: tied table is not vocab x d");
+      std::vector<float> transposed(static_cast<size_t>(d_) * vocab_);
+      for (int v = 0; v < vocab_; ++v)
+        for (int c = 0; c < d_; ++c) transposed[static_cast<size_t>(c) * vocab_ + v] = embed_[static_cast<size_t>(v) * d_ + c];
+      const size_t panels = (static_cast<size_t>(vocab_) + k_.panel - 1) / k_.panel;
+      packed_.emplace_back(panels * k_.panel * d_);
+      k_.pack_nn(transposed.data(), d_, vocab_, packed_.back().data());
+      generator_ = packed_.back().data();
     } else {
       generator_ = packed("generator", d_, vocab_);
     }
@@ -333,37 +340,11 @@ class DecoderStep {
     if (final_norm_) {
       for (size_t n = 0; n < N; ++n) k_.layer_norm(y.data() + n * d, d, final_norm_->w, final_norm_->b, final_norm_->eps, y.data() + n * d);
     }
-    if (tied_) {
-      k_.gemm_nt(y.data(), static_cast<int>(N), d, embed_, vocab_, logits.data());
-    } else {
-      k_.gemm_nn(y.data(), static_cast<int>(N), d, generator_, vocab_, nullptr, logits.data());
-    }
-    const int V = vocab_, C = candidates_;
+    k_.gemm_nn(y.data(), static_cast<int>(N), d, generator_, vocab_, final_bias_, logits.data());
     for (size_t n = 0; n < N; ++n) {
-      float *lg = logits.data() + n * V;
-      if (final_bias_) k_.add(lg, final_bias_, V);
-      // log-softmax, then the mask (as the graph: LogSoftmax, then Add).
-      const float top = k_.max(lg, V);
-      const float lse = std::log(k_.exp_shifted(lg, V, top, row.data()));
-      float *lp = out.log_probs ? out.log_probs + n * V : row.data();
-      for (int v = 0; v < V; ++v) lp[v] = ((lg[v] - top) - lse) + logits_mask_[v];
-      // The best C, highest first; equal values by lower id (as TopK).
-      float *tv = out.top_values + n * C;
-      int32_t *ti = out.top_ids + n * C;
-      int filled = 0;
-      for (int v = 0; v < V; ++v) {
-        const float value = lp[v];
-        if (filled == C && !(value > tv[C - 1])) continue;
-        int at = filled < C ? filled : C - 1;
-        while (at > 0 && tv[at - 1] < value) {
-          tv[at] = tv[at - 1];
-          ti[at] = ti[at - 1];
-          --at;
-        }
-        tv[at] = value;
-        ti[at] = v;
-        if (filled < C) ++filled;
-      }
+      k_.log_softmax_top(logits.data() + n * vocab_, logits_mask_, vocab_, candidates_,
+                         out.log_probs ? out.log_probs + n * vocab_ : row.data(), out.top_values + n * candidates_,
+                         out.top_ids + n * candidates_);
     }
   }
 

@@ -20,8 +20,6 @@ struct Kernels {
   // y (M, N) = x (M, K) @ w (K, N) [+ bias (N)], w packed by pack_nn; each y[m][n] one FMA chain
   // over k in order.
   void (*gemm_nn)(const float *x, int M, int K, const float *w, int N, const float *bias, float *y);
-  // y (M, N) = x (M, K) @ e (N, K)^T: dot products of rows (the tied vocabulary table).
-  void (*gemm_nt)(const float *x, int M, int K, const float *e, int N, float *y);
   float (*dot)(const float *a, const float *b, int n);
   void (*axpy)(float a, const float *x, float *y, int n);  // y += a * x
   float (*max)(const float *x, int n);
@@ -38,6 +36,11 @@ struct Kernels {
   // One hypothesis' cross-attention, every head: keys (h, dk, S), values (h, S, dk), the source's
   // real positions pos[count] in order; out (h * dk); align (S, or null) += each head's probs / h.
   // work: 2 * S floats.
+  // A row's log-softmax over V logits plus the mask (as the graph: LogSoftmax, then Add), into
+  // log_probs (V floats, the output or scratch), and its best C, highest first, equal values by the
+  // lower id (TopK's order).
+  void (*log_softmax_top)(const float *logits, const float *mask, int V, int C, float *log_probs, float *values,
+                          int *ids);
   void (*cross_attention)(const float *q, const float *keys, const float *values, int S, const int *pos, int count,
                           int h, int dk, float *work, float *out, float *align);
 };

@@ -3,7 +3,7 @@
 //
 // V gives: T, W (lanes), zero(), set1(f), load(p), load_n(p, n, fill) (lanes >= n = fill),
 // store(p, v), store_n(p, v, n), fma(a, b, c) = a * b + c rounded once, add, sub, mul, div, max,
-// hsum(v) and hmax(v) (a fixed tree), keep_n(v, n) (lanes >= n = 0), exp(v).
+// hsum(v) and hmax(v) (a fixed tree), keep_n(v, n) (lanes >= n = 0), exp(v), any_above(v, f).
 #pragma once
 
 #include <cmath>
@@ -64,47 +64,6 @@ struct Impl {
       int m = 0;
       for (; m + 4 <= M; m += 4) nn_block<4>(x, K, panel, N, bias, y, m, n0);
       for (; m < M; ++m) nn_block<1>(x, K, panel, N, bias, y, m, n0);
-    }
-  }
-
-  // R rows of x against C rows of e: vector partial sums over k, then one fixed tree per output.
-  template <int R, int C>
-  static inline void nt_block(const float *x, int K, const float *e, int N, float *y, int m, int n) {
-    T acc[R][C];
-    for (int r = 0; r < R; ++r)
-      for (int c = 0; c < C; ++c) acc[r][c] = V::zero();
-    int k = 0;
-    for (; k + W <= K; k += W) {
-      T ev[C];
-      for (int c = 0; c < C; ++c) ev[c] = V::load(e + (size_t)(n + c) * K + k);
-      for (int r = 0; r < R; ++r) {
-        const T xv = V::load(x + (size_t)(m + r) * K + k);
-        for (int c = 0; c < C; ++c) acc[r][c] = V::fma(xv, ev[c], acc[r][c]);
-      }
-    }
-    if (k < K) {
-      T ev[C];
-      for (int c = 0; c < C; ++c) ev[c] = V::load_n(e + (size_t)(n + c) * K + k, K - k, 0.f);
-      for (int r = 0; r < R; ++r) {
-        const T xv = V::load_n(x + (size_t)(m + r) * K + k, K - k, 0.f);
-        for (int c = 0; c < C; ++c) acc[r][c] = V::fma(xv, ev[c], acc[r][c]);
-      }
-    }
-    for (int r = 0; r < R; ++r)
-      for (int c = 0; c < C; ++c) y[(size_t)(m + r) * N + n + c] = V::hsum(acc[r][c]);
-  }
-
-  static void gemm_nt(const float *x, int M, int K, const float *e, int N, float *y) {
-    int n = 0;
-    for (; n + 4 <= N; n += 4) {
-      int m = 0;
-      for (; m + 4 <= M; m += 4) nt_block<4, 4>(x, K, e, N, y, m, n);
-      for (; m < M; ++m) nt_block<1, 4>(x, K, e, N, y, m, n);
-    }
-    for (; n < N; ++n) {
-      int m = 0;
-      for (; m + 4 <= M; m += 4) nt_block<4, 1>(x, K, e, N, y, m, n);
-      for (; m < M; ++m) nt_block<1, 1>(x, K, e, N, y, m, n);
     }
   }
 
@@ -238,9 +197,41 @@ struct Impl {
       for (int s = 0; s < S; ++s) align[s] /= static_cast<float>(h);
   }
 
+  static inline void insert(float value, int id, int C, int &filled, float *values, int *ids) {
+    if (filled == C && !(value > values[C - 1])) return;
+    int at = filled < C ? filled : C - 1;
+    while (at > 0 && values[at - 1] < value) {
+      values[at] = values[at - 1];
+      ids[at] = ids[at - 1];
+      --at;
+    }
+    values[at] = value;
+    ids[at] = id;
+    if (filled < C) ++filled;
+  }
+
+  static void log_softmax_top(const float *logits, const float *mask, int n_vocab, int C, float *lp, float *values, int *ids) {
+    const float top = max(logits, n_vocab);
+    const float lse = std::log(exp_shifted(logits, n_vocab, top, lp));
+    const T tv = V::set1(top), lv = V::set1(lse);
+    int v = 0;
+    for (; v + W <= n_vocab; v += W)
+      V::store(lp + v, V::add(V::sub(V::sub(V::load(logits + v), tv), lv), V::load(mask + v)));
+    for (; v < n_vocab; ++v) lp[v] = ((logits[v] - top) - lse) + mask[v];
+    // Scan in id order; once C are held, a vector with no value above the C-th is passed over.
+    int filled = 0;
+    v = 0;
+    for (; v < n_vocab && filled < C; ++v) insert(lp[v], v, C, filled, values, ids);
+    for (; v + W <= n_vocab; v += W) {
+      if (!V::any_above(V::load(lp + v), values[C - 1])) continue;
+      for (int j = 0; j < W; ++j) insert(lp[v + j], v + j, C, filled, values, ids);
+    }
+    for (; v < n_vocab; ++v) insert(lp[v], v, C, filled, values, ids);
+  }
+
   static Kernels table(const char *name) {
-    return Kernels{name, NB, pack_nn, gemm_nn, gemm_nt, dot, axpy, max, exp_shifted, add, relu, swish, layer_norm,
-                   self_attention, cross_attention};
+    return Kernels{name, NB, pack_nn, gemm_nn, dot, axpy, max, exp_shifted, add, relu, swish, layer_norm,
+                   self_attention, log_softmax_top, cross_attention};
   }
 };
 
