@@ -111,6 +111,11 @@ def test_graphs_it_cannot_run_stay_on_onnx_runtime(tmp_path, monkeypatch, caplog
     assert native_step.load(path, _spec(model)) is not None
     monkeypatch.setenv(native_step.ENV, "0")
     assert native_step.load(path, _spec(model)) is None
+    monkeypatch.delenv(native_step.ENV)  # the default: compiled where the graph allows, quietly elsewhere
+    caplog.clear()
+    assert native_step.load(path, _spec(model)) is not None
+    assert native_step.load(q.path, _spec(model)) is None
+    assert "runs on ONNX Runtime" not in caplog.text
 
 
 def test_bad_feeds_are_refused_by_name(tmp_path):

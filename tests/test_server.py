@@ -314,6 +314,9 @@ def test_concurrent_one_sentence_requests_decode_in_one_batch(demo_server, refer
     from nmtserve.decoding import native
 
     assert _metric(demo_server, "nmtserve_compiled_search_step") == (1 if native.available() or os.environ.get("CI") else 0)
+    # ... and so is the decoder's step (the demo's fp32 fused graph: runtime/native_step.py).
+    compiled = native.available() and hasattr(native.module, "DecoderStep")
+    assert _metric(demo_server, "nmtserve_compiled_decoder_step") == (1 if compiled or os.environ.get("CI") else 0)
 
 
 def test_stop_under_load_is_prompt_and_answers_in_flight_requests_unavailable(demo_repository, reference, tmp_path):

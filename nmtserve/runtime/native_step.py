@@ -14,9 +14,13 @@ outputs within float32 noise, to the PyTorch reference's decodes token for token
 invariance bit for bit (a sentence's step is the same alone, in any batch and at any offset of its
 past in the cache window: by construction, with no float64 sums).
 
-``NMTSERVE_NATIVE_STEP``: ``1`` runs the compiled step where the graph allows it; ``0`` or unset:
-ONNX Runtime runs the graph (the default until the compiled step has been measured on every
-shape; bench/native_step.py).
+Served by default wherever the graph allows it (``OnnxModel`` on the CPU provider; measured in
+bench/native_step.py). ``NMTSERVE_NATIVE_STEP=0`` turns it off (ONNX Runtime runs the graph);
+``=1`` asks for it and warns where it cannot be had.
+
+The weights are read from the graph's data file through a read-only memory map, not loaded into
+the graph's protobuf: the products' weights are packed into the step's own arrays and the tables
+(embeddings, positions, norms) are read in place.
 """
 
 from __future__ import annotations
@@ -42,30 +46,26 @@ class Unsupported(ValueError):
     """The decoder graph is not one the compiled step runs (it stays on ONNX Runtime)."""
 
 
-def wanted() -> bool:
-    return os.environ.get(ENV, "0") == "1"
-
-
 def read_cpu_decoder(path: Path, spec: ModelSpec) -> tuple[dict, dict[str, np.ndarray]]:
     """(config, weights) of a fused CPU decoder graph, as ``DecoderStep`` takes them."""
     import onnx
-    from onnx import numpy_helper
 
-    model = onnx.load(str(path))
+    path = Path(path)
+    model = onnx.load(str(path), load_external_data=False)
     g = model.graph
     if g.name != "nmtserve_decoder_cpu":
-        raise Unsupported(f"{Path(path).name} is not the fused CPU decoder (graph {g.name!r})")
+        raise Unsupported(f"{path.name} is not the fused CPU decoder (graph {g.name!r})")
     quantized = {n.op_type for n in g.node} & {"DynamicQuantizeMatMul", "MatMulInteger", "MatMulIntegerToFloat",
                                                "DynamicQuantizeLinear", "QLinearMatMul"}
     if quantized:
-        raise Unsupported(f"{Path(path).name} is quantized ({', '.join(sorted(quantized))})")
+        raise Unsupported(f"{path.name} is quantized ({', '.join(sorted(quantized))})")
     init = {t.name: t for t in g.initializer}
     nodes = {n.name: n for n in g.node}
 
     def array(name: str) -> np.ndarray:
         if name not in init:
-            raise Unsupported(f"{Path(path).name} has no initializer {name!r}")
-        a = numpy_helper.to_array(init[name])
+            raise Unsupported(f"{path.name} has no initializer {name!r}")
+        a = _initializer(init[name], path.parent)
         if a.dtype != np.float32 and a.dtype.kind == "f":
             raise Unsupported(f"{name} is {a.dtype}, not float32")
         return a
@@ -122,11 +122,29 @@ def read_cpu_decoder(path: Path, spec: ModelSpec) -> tuple[dict, dict[str, np.nd
     if "final_logits_bias" in init:
         weights["final_bias"] = array("final_logits_bias")
     weights["logits_mask"] = array("logits_mask")
+    # A graph exported before the attention output (or with it taken out) does not offer it.
+    config["has_attention"] = graphs.ATTENTION in {o.name for o in g.output}
     config.update(d_model=d, heads=spec.heads, layers=spec.layers, vocab=spec.vocab,
                   d_ff=int(weights["0.fc1.w"].shape[1]), candidates=int(array("/top/k")[0]),
                   activation=ACTIVATIONS[activation], alignment_layer=align, pre_norm=pre_norm, tied=tied)
     weights = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()}
     return config, weights
+
+
+def _initializer(tensor, folder: Path) -> np.ndarray:
+    """An initializer's array; one in an external data file, mapped read-only (no copy)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    if tensor.data_location != TensorProto.EXTERNAL:
+        return numpy_helper.to_array(tensor)
+    info = {e.key: e.value for e in tensor.external_data}
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type))
+    shape = tuple(tensor.dims)
+    offset = int(info.get("offset", 0))
+    count = int(np.prod(shape, dtype=np.int64))
+    if "length" in info and int(info["length"]) != count * dtype.itemsize:
+        raise Unsupported(f"{tensor.name}: its external data is {info['length']} bytes, not {count * dtype.itemsize}")
+    return np.memmap(folder / info["location"], dtype=dtype, mode="r", offset=offset, shape=shape)
 
 
 class NativeDecoder:
@@ -136,6 +154,7 @@ class NativeDecoder:
         if native.module is None or not hasattr(native.module, "DecoderStep"):
             raise Unsupported("nmtserve_native is not installed")
         config, weights = read_cpu_decoder(path, spec)
+        self.has_attention = config.pop("has_attention")
         self.layers = spec.layers
         self.step = native.module.DecoderStep(config, weights)
         self.kernels = self.step.kernels
@@ -153,13 +172,14 @@ class NativeDecoder:
 
 
 def load(path: Path, spec: ModelSpec) -> NativeDecoder | None:
-    """The compiled step for this decoder when ``NMTSERVE_NATIVE_STEP=1`` and the graph allows it."""
-    if not wanted():
+    """The compiled step for this decoder where the graph allows it and ``NMTSERVE_NATIVE_STEP`` is not ``0``."""
+    setting = os.environ.get(ENV, "")
+    if setting == "0":
         return None
     try:
         step = NativeDecoder(path, spec)
-    except Unsupported as exc:
-        log.warning("%s=1, but the decoder runs on ONNX Runtime: %s", ENV, exc)
+    except Unsupported as exc:  # int8 and portable graphs: ONNX Runtime, as before
+        (log.warning if setting == "1" else log.info)("the decoder step runs on ONNX Runtime: %s", exc)
         return None
     log.info("the decoder step runs compiled (nmtserve_native, %s kernels)", step.kernels)
     return step

@@ -107,20 +107,42 @@ class OnnxModel:
     """Encoder + incremental decoder sessions for one exported model."""
 
     def __init__(self, encoder: Path, decoder: Path, spec: ModelSpec, threads: int | None = None,
-                 providers: list[str] | None = None):
+                 providers: list[str] | None = None, native: bool = True):
         self.spec = spec
         providers = providers or ["CPUExecutionProvider"]
         self.encoder = ort.InferenceSession(str(encoder), session_options(threads), providers=providers)
-        self.decoder = ort.InferenceSession(str(decoder), session_options(threads), providers=providers)
+        # The decoder's step in compiled code where the graph allows it (runtime/native_step.py);
+        # ONNX Runtime's session of the decoder is then built only if something asks for it (it
+        # would hold the weights a second time).
+        self.native_step = (native_step.load(decoder, spec) if native and providers == ["CPUExecutionProvider"]
+                            else None)
+        self._decoder_session = (str(decoder), threads, providers)
+        self._decoder = None if self.native_step else self._new_decoder_session()
         release_mapped_weights((encoder, decoder))
         dims = spec.dims
         self._enc_out = [t.name for t in graphs.encoder_outputs(dims)]
-        past_type = next(i.type for i in self.decoder.get_inputs() if i.name == "past_key")
-        self._float = np.float16 if past_type == "tensor(float16)" else np.float32
-        # Graphs exported before the decoder's ``attention`` output have no word alignments.
-        self.has_attention = graphs.ATTENTION in {o.name for o in self.decoder.get_outputs()}
-        # The step in compiled code where asked and the graph allows it (runtime/native_step.py).
-        self.native_step = native_step.load(decoder, spec) if providers == ["CPUExecutionProvider"] else None
+        if self.native_step is not None:  # fp32 (native_step checks it)
+            self._float, self.has_attention = np.float32, self.native_step.has_attention
+        else:
+            past_type = next(i.type for i in self.decoder.get_inputs() if i.name == "past_key")
+            self._float = np.float16 if past_type == "tensor(float16)" else np.float32
+            # Graphs exported before the decoder's ``attention`` output have no word alignments.
+            self.has_attention = graphs.ATTENTION in {o.name for o in self.decoder.get_outputs()}
+
+    def _new_decoder_session(self) -> ort.InferenceSession:
+        path, threads, providers = self._decoder_session
+        return ort.InferenceSession(path, session_options(threads), providers=providers)
+
+    @property
+    def decoder(self) -> ort.InferenceSession:
+        """ONNX Runtime's session of the decoder graph (built on first use when the compiled step serves)."""
+        if self._decoder is None:
+            self._decoder = self._new_decoder_session()
+        return self._decoder
+
+    @decoder.setter
+    def decoder(self, session) -> None:
+        self._decoder = session
 
     def encode(self, src_ids: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """src_ids (B, S) -> per layer memory keys (B, h, d_k, S) and values (B, h, S, d_k)."""
@@ -156,8 +178,7 @@ class OnnxBoundModel(OnnxModel):
             providers: list = [("CUDAExecutionProvider", cuda), "CPUExecutionProvider"]
         else:
             providers = ["CPUExecutionProvider"]
-        super().__init__(encoder, decoder, spec, threads=threads, providers=providers)
-        self.native_step = None  # bound arrays run on ONNX Runtime (run_step below)
+        super().__init__(encoder, decoder, spec, threads=threads, providers=providers, native=False)
         if arrays.device_type == "cuda" and self.decoder.get_providers()[0] != "CUDAExecutionProvider":
             raise RuntimeError(f"ONNX Runtime cannot run on CUDA here (providers: {self.decoder.get_providers()});"
                                " install onnxruntime-gpu matching the CUDA version")

@@ -302,7 +302,8 @@ class GenerateModel:
         self._waiting: dict[int, tuple] = {}  # id -> (response sender, cancel event)
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._metrics = _EngineMetrics(args.get("model_name", "generate"))
+        compiled_step = getattr(runtime, "native_step", None) is not None
+        self._metrics = _EngineMetrics(args.get("model_name", "generate"), compiled_step)
         # Cancellation and metrics are IPC round trips: twice a second, not per step.
         self._poller = threading.Thread(target=self._poll, name="nmtserve-poll", daemon=True)
         self._poller.start()
@@ -312,8 +313,9 @@ class GenerateModel:
         from ..decoding import native
 
         search = "compiled (nmtserve_native)" if native.available() else "Python (nmtserve_native not installed)"
-        log.info("generate ready (%s, %d decode loop(s) x %s intra-op thread(s), search step %s, text %s): %s",
-                 backend, workers, threads or "default", search,
+        step = f"compiled (nmtserve_native, {runtime.native_step.kernels})" if compiled_step else backend
+        log.info("generate ready (%s, %d decode loop(s) x %s intra-op thread(s), decoder step %s, search step %s, "
+                 "text %s): %s", backend, workers, threads or "default", step, search,
                  "in process" if self.tokenize is not None else "from tokenize", self.spec)
 
     def execute(self, requests: list) -> None:
@@ -418,6 +420,8 @@ class _EngineMetrics:
         "nmtserve_batch_peak_sentences": "Largest in-flight batch since the previous report (every 0.5 s)",
         "nmtserve_batch_occupancy": "Sentences decoding / the batch's capacity (0..1)",
         "nmtserve_compiled_search_step": "1: the beam search's step runs compiled (nmtserve_native); 0: in Python",
+        "nmtserve_compiled_decoder_step": "1: the decoder's step runs compiled (nmtserve_native.DecoderStep); "
+                                          "0: on the step backend's graph runtime",
     }
     COUNTERS = {
         "nmtserve_decode_steps_total": ("steps", "Decoder steps run (one per step of the whole in-flight batch)"),
@@ -429,7 +433,7 @@ class _EngineMetrics:
                                            "rate of this / rate of nmtserve_requests_total)"),
     }
 
-    def __init__(self, model: str):
+    def __init__(self, model: str, compiled_step: bool = False):
         labels = {"model": model}
         # A family must outlive its metrics: Triton deletes a family's metrics with it.
         self.families = {name: pb_utils.MetricFamily(name=name, description=text, kind=pb_utils.MetricFamily.GAUGE)
@@ -442,6 +446,7 @@ class _EngineMetrics:
         from ..decoding import native
 
         self.gauges["nmtserve_compiled_search_step"].set(1.0 if native.available() else 0.0)
+        self.gauges["nmtserve_compiled_decoder_step"].set(1.0 if compiled_step else 0.0)
 
     def report(self, engine) -> None:
         stats, peak = engine.stats, engine.take_peak()
