@@ -1,10 +1,11 @@
 """The decoder step in compiled code against ONNX Runtime's run of the same graph (issue 49).
 
-    python bench/native_step.py [--shapes demo,student,base] [--rounds 3] [--one 32]
+    python bench/native_step.py [--shapes demo,student,base] [--precisions fp32,int8] [--rounds 3] [--one 32]
                                 [--sentences 128] [--batch 64] [--calls 300] [--json OUT]
 
 Per shape (bench/step_profile.py's: the shipped demo, and random-weight student and base shapes),
-exported as served at fp32 (the fused CPU decoder), one engine (``InflightBatcher``, one decode
+exported as served at each precision (the fused CPU decoder; int8 as ``--precision int8`` writes
+it), one engine (``InflightBatcher``, one decode
 loop, one ONNX Runtime thread, beam 4) decodes the same sentences with its decoder step on
 ``nmtserve_native.DecoderStep`` and on ONNX Runtime in alternating rounds (compiled, ONNX
 Runtime, compiled, ...), the encoder on ONNX Runtime in both:
@@ -39,6 +40,7 @@ from step_profile import BEAM, MAX_NEW, _cpu_flags, checkpoint_dir, export_shape
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", default="demo,student")
+    parser.add_argument("--precisions", default="fp32,int8")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--one", type=int, default=32)
     parser.add_argument("--sentences", type=int, default=128)
@@ -46,13 +48,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    from nmtserve import graphs
     from nmtserve.decoding.search import SearchOptions
-    from nmtserve.engine import InflightBatcher
-    from nmtserve.model.tokenizer import load_tokenizer
-    from nmtserve.runtime.native_step import NativeDecoder
-    from nmtserve.runtime.onnxruntime import OnnxModel
-    from nmtserve.runtime.spec import ModelSpec
 
     report: dict = {"cpu_flags": _cpu_flags(), "beam": BEAM, "max_new_tokens": MAX_NEW}
     options = SearchOptions(beam_size=BEAM, max_length=MAX_NEW)
@@ -61,70 +57,82 @@ def main() -> None:
         for shape in args.shapes.split(","):
             model_dir = checkpoint_dir(shape, tmp)
             texts = sentences(shape, max(args.sentences, args.one))
-            repo = tmp / f"{shape}-fp32" / "model_repository"
-            export_shape(model_dir, repo, "fp32", texts)
-            art = repo / "generate" / "1"
-            spec = ModelSpec.load(art / "model.json")
-            ids = [load_tokenizer(art, spec).encode(t) for t in texts]
-            model = OnnxModel(art / "encoder.onnx", art / "decoder.onnx", spec, threads=1)
-            compiled = NativeDecoder(art / "decoder.onnx", spec)
-            captured: dict[int, dict] = {}
-            run_step = model.run_step
-
-            def keep(feeds, outputs=graphs.STEP_OUTPUTS, run_step=run_step, captured=captured):
-                b = feeds["input_ids"].shape[0]
-                if b == 1 or b >= captured.get(0, {"input_ids": np.zeros((0, 0))})["input_ids"].shape[0]:
-                    captured[1 if b == 1 else 0] = dict(feeds)  # the last one-sentence step, the largest batch's
-                return run_step(feeds, outputs)
-
-            model.run_step = keep
-            engine = InflightBatcher(model, max_sentences=args.batch, max_beam=BEAM).start()
-            entry: dict = {"kernels": compiled.kernels}
-            try:
-                engine.translate(ids[: args.batch], options, timeout=600)  # warm-up
-                for load in ("one", "bulk"):
-                    seconds: dict[bool, list[float]] = {True: [], False: []}
-                    results: dict[bool, list] = {}
-                    for _ in range(args.rounds):
-                        for native in (True, False):
-                            model.native_step = compiled if native else None
-                            start = time.perf_counter()
-                            if load == "one":
-                                out = [engine.translate([s], options, timeout=600)[0] for s in ids[: args.one]]
-                            else:
-                                out = [r for at in range(0, args.sentences, args.batch)
-                                       for r in engine.translate(ids[at:at + args.batch], options, timeout=600)]
-                            seconds[native].append(time.perf_counter() - start)
-                            results[native] = [r[0].tokens for r in out]
-                    entry[load] = {
-                        "seconds_native": [round(s, 3) for s in seconds[True]],
-                        "seconds_onnxruntime": [round(s, 3) for s in seconds[False]],
-                        "onnxruntime_over_native": [round(o / n, 3) for n, o in zip(seconds[True], seconds[False], strict=True)],
-                        "same_best": f"{sum(a == b for a, b in zip(results[True], results[False], strict=True))}/{len(results[True])}",
-                    }
-            finally:
-                engine.stop()
-            model.run_step = run_step
-            step_us: dict = {}
-            for key, label in ((1, "one sentence"), (0, "full batch")):
-                feeds = captured.get(key)
-                if feeds is None:
-                    continue
-                times: dict[bool, float] = {True: 0.0, False: 0.0}
-                for native in (True, False, True, False):
-                    model.native_step = compiled if native else None
-                    start = time.perf_counter()
-                    for _ in range(args.calls // 2):
-                        model.run_step(feeds)
-                    times[native] += time.perf_counter() - start
-                step_us[label] = {"rows": int(feeds["input_ids"].size), "past": int(feeds["past_key"].shape[0]),
-                                  "native": round(1e6 * times[True] / args.calls, 1),
-                                  "onnxruntime": round(1e6 * times[False] / args.calls, 1)}
-            entry["step_us"] = step_us
-            report[shape] = entry
-            print(shape, json.dumps(entry), flush=True)
+            for precision in args.precisions.split(","):
+                report[f"{shape}/{precision}"] = _one(args, model_dir, texts, tmp / f"{shape}-{precision}", precision, options)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
+
+
+def _one(args, model_dir: Path, texts: list[str], tmp: Path, precision: str, options) -> dict:
+    from nmtserve import graphs
+    from nmtserve.engine import InflightBatcher
+    from nmtserve.model.tokenizer import load_tokenizer
+    from nmtserve.runtime.native_step import NativeDecoder
+    from nmtserve.runtime.onnxruntime import OnnxModel
+    from nmtserve.runtime.spec import ModelSpec
+
+    repo = tmp / "model_repository"
+    export_shape(model_dir, repo, precision, texts)
+    art = repo / "generate" / "1"
+    spec = ModelSpec.load(art / "model.json")
+    ids = [load_tokenizer(art, spec).encode(t) for t in texts]
+    model = OnnxModel(art / "encoder.onnx", art / "decoder.onnx", spec, threads=1)
+    compiled = NativeDecoder(art / "decoder.onnx", spec)
+    captured: dict[int, dict] = {}
+    run_step = model.run_step
+
+    def keep(feeds, outputs=graphs.STEP_OUTPUTS, run_step=run_step, captured=captured):
+        b = feeds["input_ids"].shape[0]
+        if b == 1 or b >= captured.get(0, {"input_ids": np.zeros((0, 0))})["input_ids"].shape[0]:
+            captured[1 if b == 1 else 0] = dict(feeds)  # the last one-sentence step, the largest batch's
+        return run_step(feeds, outputs)
+
+    model.run_step = keep
+    engine = InflightBatcher(model, max_sentences=args.batch, max_beam=BEAM).start()
+    entry: dict = {"kernels": compiled.kernels}
+    try:
+        engine.translate(ids[: args.batch], options, timeout=600)  # warm-up
+        for load in ("one", "bulk"):
+            seconds: dict[bool, list[float]] = {True: [], False: []}
+            results: dict[bool, list] = {}
+            for _ in range(args.rounds):
+                for native in (True, False):
+                    model.native_step = compiled if native else None
+                    start = time.perf_counter()
+                    if load == "one":
+                        out = [engine.translate([s], options, timeout=600)[0] for s in ids[: args.one]]
+                    else:
+                        out = [r for at in range(0, args.sentences, args.batch)
+                               for r in engine.translate(ids[at:at + args.batch], options, timeout=600)]
+                    seconds[native].append(time.perf_counter() - start)
+                    results[native] = [r[0].tokens for r in out]
+            entry[load] = {
+                "seconds_native": [round(s, 3) for s in seconds[True]],
+                "seconds_onnxruntime": [round(s, 3) for s in seconds[False]],
+                "onnxruntime_over_native": [round(o / n, 3) for n, o in zip(seconds[True], seconds[False], strict=True)],
+                "same_best": f"{sum(a == b for a, b in zip(results[True], results[False], strict=True))}/{len(results[True])}",
+            }
+    finally:
+        engine.stop()
+    model.run_step = run_step
+    step_us: dict = {}
+    for key, label in ((1, "one sentence"), (0, "full batch")):
+        feeds = captured.get(key)
+        if feeds is None:
+            continue
+        times: dict[bool, float] = {True: 0.0, False: 0.0}
+        for native in (True, False, True, False):
+            model.native_step = compiled if native else None
+            start = time.perf_counter()
+            for _ in range(args.calls // 2):
+                model.run_step(feeds)
+            times[native] += time.perf_counter() - start
+        step_us[label] = {"rows": int(feeds["input_ids"].size), "past": int(feeds["past_key"].shape[0]),
+                          "native": round(1e6 * times[True] / args.calls, 1),
+                          "onnxruntime": round(1e6 * times[False] / args.calls, 1)}
+    entry["step_us"] = step_us
+    print(f"{model_dir.name}/{precision}", json.dumps(entry), flush=True)
+    return entry
 
 
 if __name__ == "__main__":

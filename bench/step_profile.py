@@ -27,6 +27,10 @@ split):
     decoder's inputs and a chain of as many cheap nodes as the optimized decoder runs
     (``Shape`` then ``Add``s on a 2-element tensor), on the same session options;
   * ``kernels``: the rest (``session_run`` less ``ort_overhead``): the graph's arithmetic;
+  With the compiled decoder step (fused CPU graphs, fp32 and int8, ``nmtserve_native.DecoderStep``, served
+  by default) ``session_run`` is ``NativeDecoder.run_step``, ``kernels`` the compiled call inside
+  it (timed around it: the arithmetic and pybind11's argument handling) and ``ort_overhead`` the
+  wrapper's Python around that call; there are no nodes and no twin;
 * ``search``: ``BeamBatch.advance`` (candidates, finished hypotheses, the length penalty,
   forced tokens and constraints);
 * ``cache``: the step's feeds (``_feeds``: the ancestor table's window, the masks), the new K/V
@@ -183,7 +187,6 @@ def profile_engine(art: Path, ids: list[list[int]], batch: int, threads: int, or
         model = ortrt.OnnxModel(art / "encoder.onnx", art / "decoder.onnx", spec, threads=threads)
     finally:
         ortrt.session_options = original_options
-    decoder_run = model.decoder.run
     encoder_run = model.encoder.run
     captured: list[dict] = []
 
@@ -192,12 +195,23 @@ def profile_engine(art: Path, ids: list[list[int]], batch: int, threads: int, or
             self.run = run
             timers.wrap(self, "run", part)
 
-    def keep(names, feeds):
-        captured.append(dict(feeds))
-        return decoder_run(names, feeds)
+    native = model.native_step
+    if native is not None:
+        # The compiled step (fp32): ``session_run`` is NativeDecoder.run_step (the feeds made
+        # contiguous, the call, the outputs picked); ``kernels`` is DecoderStep.run inside it
+        # (the kernels and pybind11's argument handling, a few microseconds).
+        timers.wrap(native, "run_step", "session_run")
+        native.step = Session(native.step.run, "kernels")
+    else:
+        decoder_run = model.decoder.run
 
-    model.decoder_session, model.encoder_session = model.decoder, model.encoder
-    model.decoder = Session(keep if capture else decoder_run, "session_run")
+        def keep(names, feeds):
+            captured.append(dict(feeds))
+            return decoder_run(names, feeds)
+
+        model.decoder_session = model.decoder
+        model.decoder = Session(keep if capture else decoder_run, "session_run")
+    model.encoder_session = model.encoder
     model.encoder = Session(encoder_run, "encoder")
     saved = {}
     if workers == 1:
@@ -230,7 +244,10 @@ def profile_engine(art: Path, ids: list[list[int]], batch: int, threads: int, or
     if workers > 1:
         return out
     seconds = dict(timers.seconds)
-    if ort_profile:
+    out["native"] = native is not None
+    if native is not None:
+        out["native_kernels_s"] = seconds.get("kernels", 0.0)
+    elif ort_profile:
         path = Path(model.decoder_session.end_profiling())
         kernels, nodes, runs = kernel_seconds(path, steps_before)
         out["nodes_per_run"] = round(nodes / max(runs, 1), 1)
@@ -252,13 +269,19 @@ def split_kernels(entry: dict, twin, twin_output: str) -> None:
     """Replay every captured step's feeds through the no-work twin: ``ort_overhead``, ``kernels``
     (the decoder's run less it) and ``host`` (everything but the kernels) per step."""
     feeds = entry.pop("feeds")
+    us = entry["us_per_step"]
+    if entry.pop("native"):  # the compiled step: its call timed inside (profile_engine)
+        kernels = 1e6 * entry.pop("native_kernels_s") / max(entry["steps"], 1)
+        us["kernels"] = round(kernels, 1)
+        us["ort_overhead"] = round(us["session_run"] - kernels, 1)  # the wrapper's Python, not ONNX Runtime
+        us["host"] = round(us["ort_overhead"] + us["search"] + us["cache"] + us["loop"], 1)
+        return
     for f in feeds[:3]:
         twin.run([twin_output], f)  # warm-up
     start = time.perf_counter()
     for f in feeds:
         twin.run([twin_output], f)
     overhead = 1e6 * (time.perf_counter() - start) / max(entry["steps"], 1)
-    us = entry["us_per_step"]
     us["ort_overhead"] = round(overhead, 1)
     us["kernels"] = round(us["session_run"] - overhead, 1)
     us["host"] = round(us["ort_overhead"] + us["search"] + us["cache"] + us["loop"], 1)
@@ -319,12 +342,17 @@ def main() -> None:
                     workdir = tmp / f"{shape}-{precision}-{load}"
                     workdir.mkdir()
                     profiled = profile_engine(art, ids[:n], batch, args.threads, True, workdir)
-                    nodes = int(profiled["nodes_per_run"])
                     result = profile_engine(art, ids[:n], batch, args.threads, False, workdir, capture=True)
-                    twin, twin_output = no_work_twin(art / "decoder.onnx", nodes, args.threads)
-                    split_kernels(result, twin, twin_output)
-                    result["nodes_per_run"] = nodes
-                    result["profiled_kernels_us_per_step"] = profiled["profiled_kernels_us_per_step"]
+                    if profiled["native"]:  # the compiled decoder step: no graph nodes, no twin
+                        split_kernels(result, None, "")
+                        result["decoder_step"] = "compiled"
+                    else:
+                        nodes = int(profiled["nodes_per_run"])
+                        twin, twin_output = no_work_twin(art / "decoder.onnx", nodes, args.threads)
+                        split_kernels(result, twin, twin_output)
+                        result["nodes_per_run"] = nodes
+                        result["profiled_kernels_us_per_step"] = profiled["profiled_kernels_us_per_step"]
+                        result["decoder_step"] = "onnxruntime"
                     entry[load] = result
                     if not args.no_triton:
                         from nmtserve.server.triton_models import cpu_layout
@@ -354,8 +382,8 @@ def _cpu_flags() -> str:
 def _table(report: dict) -> str:
     parts = ("kernels", "ort_overhead", "search", "cache", "loop", "host")  # unprofiled
     lines = ["| shape / precision / load | steps | " + " | ".join(f"{p} us/step" for p in parts)
-             + " | encoder us/step | nodes/run | Triton hops ms/request |",
-             "|---" * (len(parts) + 5) + "|"]
+             + " | encoder us/step | decoder step | nodes/run | Triton hops ms/request |",
+             "|---" * (len(parts) + 6) + "|"]
     for key, entry in report.items():
         if "/" not in key:
             continue
@@ -363,7 +391,7 @@ def _table(report: dict) -> str:
             e = entry[load]
             us = e["us_per_step"]
             lines.append(f"| {key} / {load} | {e['steps']} | " + " | ".join(str(us[p]) for p in parts)
-                         + f" | {us['encoder']} | {e.get('nodes_per_run', '')} | {e.get('hops_ms_per_request', '')} |")
+                         + f" | {us['encoder']} | {e.get('decoder_step', '')} | {e.get('nodes_per_run', '')} | {e.get('hops_ms_per_request', '')} |")
     return "\n".join(lines)
 
 

@@ -15,7 +15,8 @@
 //
 // The contract is the decoder graph's (nmtserve/graphs.py): the same feeds, the same outputs;
 // nmtserve/runtime/native_step.py reads the weights out of the graph and checks the graph is one
-// this step can run (fp32, written by cpu_graph.py), and the ONNX graph stays the reference
+// this step can run (written by cpu_graph.py, fp32 or int8 as quantize.py writes it: each product
+// in the precision the graph holds it, int8.h), and the ONNX graph stays the reference
 // (tests/test_native_step.py compares them).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -31,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "int8.h"
 #include "kernels.h"
 
 namespace py = pybind11;
@@ -45,10 +47,18 @@ struct Norm {
   float eps = 1e-5f;
 };
 
+// A product x (M, K) @ W (K, N) + bias: W fp32, packed for gemm_nn, or int8 per column, packed
+// for the int8 kernels (int8.h: the rows quantized as the int8 graph quantizes them).
+struct Linear {
+  int K = 0, N = 0;
+  const float *w = nullptr;
+  const int8_t *w8 = nullptr;
+  const int32_t *colsum128 = nullptr;
+  const float *scale = nullptr, *bias = nullptr;
+};
+
 struct Layer {
-  const float *qkv_w, *qkv_b, *self_out_w, *self_out_b;
-  const float *cross_q_w, *cross_q_b, *cross_out_w, *cross_out_b;
-  const float *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+  Linear qkv, self_out, cross_q, cross_out, fc1, fc2;
   Norm self_norm, cross_norm, ffn_norm;  // the residuals' norms (pre-norm: the next sublayer's)
 };
 
@@ -74,7 +84,7 @@ const T *checked(const py::array &a, const char *name, std::vector<py::ssize_t> 
 
 class DecoderStep {
  public:
-  DecoderStep(const py::dict &config, const py::dict &weights) : k_(kernels()) {
+  DecoderStep(const py::dict &config, const py::dict &weights) : k_(kernels()), i8_(int8_kernels()) {
     auto cfg = [&](const char *key) { return config[key]; };
     d_ = cfg("d_model").cast<int>();
     h_ = cfg("heads").cast<int>();
@@ -113,6 +123,21 @@ class DecoderStep {
       k_.pack_nn(src, rows, cols, packed_.back().data());
       return packed_.back().data();
     };
+    // A product's weight: key.w (K, N) fp32, or key.w8 (K, N) int8 with key.ws (N) its columns' scales.
+    auto linear = [&](const std::string &key, int rows, int cols, bool has_bias) -> Linear {
+      Linear l;
+      l.K = rows, l.N = cols;
+      if (weights.contains(key + ".w8")) {
+        py::array a = weights[(key + ".w8").c_str()].cast<py::array>();
+        l.w8 = int8_pack(checked<int8_t>(a, (key + ".w8").c_str(), {rows, cols}), rows, cols, cols, 1, l.colsum128);
+        l.scale = w(key + ".ws", {cols});
+        uses_int8_ = true;
+      } else {
+        l.w = packed(key + ".w", rows, cols);
+      }
+      l.bias = has_bias ? w(key + ".b", {cols}) : optional_w(key + ".b", {cols});
+      return l;
+    };
     auto norm = [&](const std::string &key) -> Norm {
       Norm n;
       n.w = w(key + ".w", {d_});
@@ -123,9 +148,18 @@ class DecoderStep {
     auto optional_norm = [&](const std::string &key) -> std::optional<Norm> {
       return weights.contains(key + ".w") ? std::optional<Norm>(norm(key)) : std::nullopt;
     };
-    py::array table = weights["embed"].cast<py::array>();
-    embed_ = w("embed", {-1, d_});
+    // The target embedding table: embed (V, d) fp32, or embed.w8 (V, d) int8 with embed.rows_scale (V).
+    const bool embed8 = weights.contains("embed.w8");
+    py::array table = weights[embed8 ? "embed.w8" : "embed"].cast<py::array>();
     embed_rows_ = static_cast<int>(table.shape(0));
+    if (embed8) {
+      embed8_ = checked<int8_t>(table, "embed.w8", {-1, d_});
+      keep_.push_back(table);
+      embed_row_scale_ = w("embed.rows_scale", {embed_rows_});
+      uses_int8_ = true;
+    } else {
+      embed_ = w("embed", {-1, d_});
+    }
     py::array positions = weights["positions"].cast<py::array>();
     positions_ = w("positions", {-1, d_});
     position_rows_ = static_cast<int>(positions.shape(0));
@@ -136,40 +170,43 @@ class DecoderStep {
     for (int i = 0; i < n_layers_; ++i) {
       const std::string p = std::to_string(i) + ".";
       Layer l;
-      l.qkv_w = packed(p + "qkv.w", d_, 3 * d_);
-      l.qkv_b = w(p + "qkv.b", {3 * d_});
-      l.self_out_w = packed(p + "self_out.w", d_, d_);
-      l.self_out_b = optional_w(p + "self_out.b", {d_});
-      l.cross_q_w = packed(p + "cross_q.w", d_, d_);
-      l.cross_q_b = optional_w(p + "cross_q.b", {d_});
-      l.cross_out_w = packed(p + "cross_out.w", d_, d_);
-      l.cross_out_b = optional_w(p + "cross_out.b", {d_});
-      l.fc1_w = packed(p + "fc1.w", d_, d_ff_);
-      l.fc1_b = optional_w(p + "fc1.b", {d_ff_});
-      l.fc2_w = packed(p + "fc2.w", d_ff_, d_);
-      l.fc2_b = optional_w(p + "fc2.b", {d_});
+      l.qkv = linear(p + "qkv", d_, 3 * d_, true);
+      l.self_out = linear(p + "self_out", d_, d_, false);
+      l.cross_q = linear(p + "cross_q", d_, d_, false);
+      l.cross_out = linear(p + "cross_out", d_, d_, false);
+      l.fc1 = linear(p + "fc1", d_, d_ff_, false);
+      l.fc2 = linear(p + "fc2", d_ff_, d_, false);
       l.self_norm = norm(p + "self_norm");
       l.cross_norm = norm(p + "cross_norm");
       l.ffn_norm = norm(p + "ffn_norm");
       layers_.push_back(l);
     }
-    if (tied_) {  // the tied table (V, d), transposed into the product's panels
-      if (embed_rows_ != vocab_) throw std::invalid_argument("native decoder step: tied table is not vocab x d");
+    // The projection onto the vocabulary: tied, the table (V, d) projected onto (generator.table
+    // fp32, or generator.table8 int8 per row with generator.table_scale), transposed into the
+    // product's panels; else generator.w / generator.w8 (d, V) as any product.
+    generator_.K = d_, generator_.N = vocab_;
+    if (tied_ && weights.contains("generator.table8")) {
+      py::array a = weights["generator.table8"].cast<py::array>();
+      generator_.w8 = int8_pack(checked<int8_t>(a, "generator.table8", {vocab_, d_}), d_, vocab_, 1, d_, generator_.colsum128);
+      generator_.scale = w("generator.table_scale", {vocab_});
+      uses_int8_ = true;
+    } else if (tied_) {
+      const float *table = w("generator.table", {vocab_, d_});
       std::vector<float> transposed(static_cast<size_t>(d_) * vocab_);
       for (int v = 0; v < vocab_; ++v)
-        for (int c = 0; c < d_; ++c) transposed[static_cast<size_t>(c) * vocab_ + v] = embed_[static_cast<size_t>(v) * d_ + c];
+        for (int c = 0; c < d_; ++c) transposed[static_cast<size_t>(c) * vocab_ + v] = table[static_cast<size_t>(v) * d_ + c];
       const size_t panels = (static_cast<size_t>(vocab_) + k_.panel - 1) / k_.panel;
       packed_.emplace_back(panels * k_.panel * d_);
       k_.pack_nn(transposed.data(), d_, vocab_, packed_.back().data());
-      generator_ = packed_.back().data();
+      generator_.w = packed_.back().data();
     } else {
-      generator_ = packed("generator", d_, vocab_);
+      generator_ = linear("generator", d_, vocab_, false);
     }
-    final_bias_ = optional_w("final_bias", {vocab_});
+    generator_.bias = optional_w("final_bias", {vocab_});
     logits_mask_ = w("logits_mask", {vocab_});
   }
 
-  std::string kernels_name() const { return k_.name; }
+  std::string kernels_name() const { return uses_int8_ ? std::string(k_.name) + " + int8 " + i8_.name : k_.name; }
 
   py::dict run(const py::array &input_ids, const py::array &position, const py::array &past_key,
                const py::array &past_value, const py::array &cache_rows, const py::array &past_mask,
@@ -244,10 +281,38 @@ class DecoderStep {
     float *new_key, *new_value, *attention, *log_probs;
   };
 
-  void residual(const float *out, const float *w, const float *bias, int in_dim, size_t N, float *x, float *y,
-                const Norm &norm, std::vector<float> &tmp) const {
+  // y (M, N) = x (M, K) @ W + bias, in fp32 (gemm_nn) or int8 (the rows quantized as the int8
+  // graph does: scale = max(max|x|, 1e-30) / 127, codes = round-half-even(x / scale) + 128).
+  void apply(const Linear &l, const float *x, size_t M, float *y) const {
+    if (!l.w8) {
+      k_.gemm_nn(x, static_cast<int>(M), l.K, l.w, l.N, l.bias, y);
+      return;
+    }
+    thread_local std::vector<uint8_t> codes;
+    thread_local std::vector<float> scales;
+    const int quads = (l.K + 3) / 4;
+    const size_t stride = static_cast<size_t>(quads) * 4;
+    codes.assign(M * stride, 128);
+    scales.resize(M);
+    for (size_t m = 0; m < M; ++m) {
+      const float *row = x + m * l.K;
+      float top = 0.f;
+      for (int k = 0; k < l.K; ++k) top = std::max(top, std::fabs(row[k]));
+      const float scale = std::max(top, 1e-30f) / 127.f;
+      uint8_t *out = codes.data() + m * stride;
+      for (int k = 0; k < l.K; ++k) {
+        const float q = std::nearbyint(row[k] / scale) + 128.f;
+        out[k] = static_cast<uint8_t>(std::min(255.f, std::max(0.f, q)));
+      }
+      scales[m] = scale;
+    }
+    i8_.gemm(codes.data(), scales.data(), static_cast<int>(M), quads, l.w8, l.colsum128, l.scale, l.N, l.bias, y);
+  }
+
+  void residual(const float *out, const Linear &l, size_t N, float *x, float *y, const Norm &norm,
+                std::vector<float> &tmp) const {
     // x + out @ w + bias, then the norm: post-norm x = y = LN(sum); pre-norm x = sum, y = LN(sum).
-    k_.gemm_nn(out, static_cast<int>(N), in_dim, w, d_, bias, tmp.data());
+    apply(l, out, N, tmp.data());
     for (size_t n = 0; n < N; ++n) {
       float *t = tmp.data() + n * d_;
       float *xn = x + n * d_;
@@ -281,10 +346,19 @@ class DecoderStep {
     }
     // Embedding: token row * scale + position row (+ LayerNorm).
     for (size_t n = 0; n < N; ++n) {
-      const float *e = embed_ + static_cast<size_t>(in.ids[n]) * d;
       const float *p = positions_ + static_cast<size_t>(in.position[n / K] + pos_offset_) * d;
       float *xn = x.data() + n * d;
-      for (int c = 0; c < d; ++c) xn[c] = (emb_scale_ != 1.f ? e[c] * emb_scale_ : e[c]) + p[c];
+      if (embed8_) {  // the int8 table's row: its codes times the row's scale (the graph's Cast, Mul)
+        const int8_t *e = embed8_ + static_cast<size_t>(in.ids[n]) * d;
+        const float rs = embed_row_scale_[in.ids[n]];
+        for (int c = 0; c < d; ++c) {
+          const float v = static_cast<float>(e[c]) * rs;
+          xn[c] = (emb_scale_ != 1.f ? v * emb_scale_ : v) + p[c];
+        }
+      } else {
+        const float *e = embed_ + static_cast<size_t>(in.ids[n]) * d;
+        for (int c = 0; c < d; ++c) xn[c] = (emb_scale_ != 1.f ? e[c] * emb_scale_ : e[c]) + p[c];
+      }
       if (embed_norm_) k_.layer_norm(xn, d, embed_norm_->w, embed_norm_->b, embed_norm_->eps, xn);
     }
     for (size_t n = 0; n < N; ++n) {
@@ -298,7 +372,7 @@ class DecoderStep {
     for (int i = 0; i < L; ++i) {
       const Layer &l = layers_[i];
       // Self-attention: Q (scaled), K, V of the new token in one product.
-      k_.gemm_nn(y.data(), static_cast<int>(N), d, l.qkv_w, 3 * d, l.qkv_b, qkv.data());
+      apply(l.qkv, y.data(), N, qkv.data());
       for (size_t n = 0; n < N; ++n) {
         const float *q = qkv.data() + n * 3 * d, *k_new = q + d, *v_new = q + 2 * d;
         std::memcpy(out.new_key + (n * L + i) * d, k_new, sizeof(float) * d);
@@ -313,9 +387,9 @@ class DecoderStep {
         }
         k_.self_attention(q, k_rows.data(), v_rows.data(), count, k_new, v_new, h, dk, scores.data(), mixed.data() + n * d);
       }
-      residual(mixed.data(), l.self_out_w, l.self_out_b, d, N, x.data(), y.data(), l.self_norm, tmp);
+      residual(mixed.data(), l.self_out, N, x.data(), y.data(), l.self_norm, tmp);
       // Cross-attention over the sentence's source (keys (h, d_k, S), values (h, S, d_k)).
-      k_.gemm_nn(y.data(), static_cast<int>(N), d, l.cross_q_w, d, l.cross_q_b, qkv.data());
+      apply(l.cross_q, y.data(), N, qkv.data());
       const bool aligning = out.attention && i == align_layer_;
       for (size_t n = 0; n < N; ++n) {
         const size_t b = n / K;
@@ -325,9 +399,9 @@ class DecoderStep {
                            static_cast<int>(S), sources[b].data(), static_cast<int>(sources[b].size()), h, dk,
                            probs.data(), mixed.data() + n * d, align);
       }
-      residual(mixed.data(), l.cross_out_w, l.cross_out_b, d, N, x.data(), y.data(), l.cross_norm, tmp);
+      residual(mixed.data(), l.cross_out, N, x.data(), y.data(), l.cross_norm, tmp);
       // Feed-forward.
-      k_.gemm_nn(y.data(), static_cast<int>(N), d, l.fc1_w, d_ff_, l.fc1_b, hidden.data());
+      apply(l.fc1, y.data(), N, hidden.data());
       if (activation_ == kRelu) {
         k_.relu(hidden.data(), static_cast<int>(N * d_ff_));
       } else if (activation_ == kSwish) {
@@ -335,12 +409,12 @@ class DecoderStep {
       } else {
         for (size_t c = 0; c < N * d_ff_; ++c) hidden[c] = 0.5f * hidden[c] * (1.f + std::erf(hidden[c] * 0.70710678118654752f));
       }
-      residual(hidden.data(), l.fc2_w, l.fc2_b, d_ff_, N, x.data(), y.data(), l.ffn_norm, tmp);
+      residual(hidden.data(), l.fc2, N, x.data(), y.data(), l.ffn_norm, tmp);
     }
     if (final_norm_) {
       for (size_t n = 0; n < N; ++n) k_.layer_norm(y.data() + n * d, d, final_norm_->w, final_norm_->b, final_norm_->eps, y.data() + n * d);
     }
-    k_.gemm_nn(y.data(), static_cast<int>(N), d, generator_, vocab_, final_bias_, logits.data());
+    apply(generator_, y.data(), N, logits.data());
     for (size_t n = 0; n < N; ++n) {
       k_.log_softmax_top(logits.data() + n * vocab_, logits_mask_, vocab_, candidates_,
                          out.log_probs ? out.log_probs + n * vocab_ : row.data(), out.top_values + n * candidates_,
@@ -348,15 +422,31 @@ class DecoderStep {
     }
   }
 
+  // W (K, N) int8, element (k, n) at w[k * k_stride + n * n_stride], packed for the int8 kernels.
+  const int8_t *int8_pack(const int8_t *w, int K, int N, std::ptrdiff_t k_stride, std::ptrdiff_t n_stride,
+                          const int32_t *&colsum128) {
+    const size_t panels = (static_cast<size_t>(N) + i8_.panel - 1) / i8_.panel;
+    packed8_.emplace_back(panels * i8_.panel * 4 * static_cast<size_t>((K + 3) / 4));
+    colsums_.emplace_back(N);
+    pack_int8(w, K, N, k_stride, n_stride, i8_.panel, packed8_.back().data(), colsums_.back().data());
+    colsum128 = colsums_.back().data();
+    return packed8_.back().data();
+  }
+
   const Kernels &k_;
+  const Int8Kernels &i8_;
+  bool uses_int8_ = false;
   std::vector<py::array> keep_;  // the weights' arrays read in place (norms, tables, biases)
   std::deque<std::vector<float>> packed_;  // the products' weights, packed (kernels.h pack_nn)
+  std::deque<std::vector<int8_t>> packed8_;  // int8 products' weights, packed (int8.h pack_int8)
+  std::deque<std::vector<int32_t>> colsums_;
   int d_, h_, dk_, n_layers_, vocab_, d_ff_, candidates_, activation_, align_layer_;
   bool pre_norm_, tied_;
   float emb_scale_;
   int pos_offset_, embed_rows_ = 0, position_rows_ = 0;
-  const float *embed_ = nullptr, *positions_ = nullptr, *generator_ = nullptr, *final_bias_ = nullptr,
-              *logits_mask_ = nullptr;
+  const float *embed_ = nullptr, *positions_ = nullptr, *embed_row_scale_ = nullptr, *logits_mask_ = nullptr;
+  const int8_t *embed8_ = nullptr;
+  Linear generator_;
   std::optional<Norm> embed_norm_, first_norm_, final_norm_;
   std::vector<Layer> layers_;
 };

@@ -5,8 +5,8 @@
 shape nodes, the cache read where it lies, ~25 kernel calls a layer instead of ~60 nodes. The
 graph stays the reference and the fallback: this module reads its weights out of the graph file
 (the builder names them by role), so a repository needs nothing new, and checks the graph is one
-the step can run: fp32 and written by ``cpu_graph`` (int8 graphs, the portable graph of the GPU
-target and graphs of other writers run on ONNX Runtime as before).
+the step can run: written by ``cpu_graph``, fp32 or int8 as ``quantize`` writes it (the portable
+graph of the GPU target and graphs of other writers run on ONNX Runtime as before).
 
 Its arithmetic is its own (fused multiply-adds in a fixed order, a polynomial ``exp``), so it
 rounds differently from ONNX Runtime's kernels: tests/test_native_step.py holds it to the graph's
@@ -21,6 +21,16 @@ bench/native_step.py). ``NMTSERVE_NATIVE_STEP=0`` turns it off (ONNX Runtime run
 The weights are read from the graph's data file through a read-only memory map, not loaded into
 the graph's protobuf: the products' weights are packed into the step's own arrays and the tables
 (embeddings, positions, norms) are read in place.
+
+**int8** graphs (``nmtserve/export/quantize.py``'s: rows quantized alone, weights per column,
+``MatMulIntegerToFloat`` / ``QGemm``) run compiled too, product by product in whichever precision
+the graph holds it (``--int8-keep-fp32`` groups stay fp32): the rows are quantized as the graph
+quantizes them and their codes summed in int32 (native/src/int8.h; AVX-512 VNNI, AVX2 or portable
+code: the same bits from each), then scaled in the graph's order. Where float32 noise elsewhere
+in the step moves a value across a rounding boundary of its row's codes, a code differs by one
+from ONNX Runtime's: tests/test_native_step.py bounds the effect and holds the served decodes of
+held-out sentences to ONNX Runtime's int8 decodes; int8 graphs in other forms (ONNX Runtime's
+per-tensor dynamic quantization) stay on ONNX Runtime.
 """
 
 from __future__ import annotations
@@ -40,6 +50,8 @@ log = logging.getLogger(__name__)
 
 ENV = "NMTSERVE_NATIVE_STEP"
 ACTIVATIONS = {"relu": 0, "gelu": 1, "swish": 2}
+# nmtserve/export/quantize.py's constants, by its names (ZERO_POINT, the row scale's levels and floor).
+INT8_SCHEME = {"int8/zero_point": 128, "int8/levels": 127.0, "int8/one": 1.0, "int8/tiny": 1e-30}
 
 
 class Unsupported(ValueError):
@@ -55,12 +67,15 @@ def read_cpu_decoder(path: Path, spec: ModelSpec) -> tuple[dict, dict[str, np.nd
     g = model.graph
     if g.name != "nmtserve_decoder_cpu":
         raise Unsupported(f"{path.name} is not the fused CPU decoder (graph {g.name!r})")
-    quantized = {n.op_type for n in g.node} & {"DynamicQuantizeMatMul", "MatMulInteger", "MatMulIntegerToFloat",
-                                               "DynamicQuantizeLinear", "QLinearMatMul"}
-    if quantized:
-        raise Unsupported(f"{path.name} is quantized ({', '.join(sorted(quantized))})")
+    ops = {n.op_type for n in g.node}
+    other = ops & {"DynamicQuantizeMatMul", "MatMulInteger", "DynamicQuantizeLinear", "QLinearMatMul", "MatMulNBits"}
+    if other:
+        raise Unsupported(f"{path.name} is quantized in a form the compiled step does not compute "
+                          f"({', '.join(sorted(other))})")
     init = {t.name: t for t in g.initializer}
     nodes = {n.name: n for n in g.node}
+    if ops & {"MatMulIntegerToFloat", "QGemm"}:
+        _check_int8_scheme(path, init, nodes)
 
     def array(name: str) -> np.ndarray:
         if name not in init:
@@ -74,11 +89,30 @@ def read_cpu_decoder(path: Path, spec: ModelSpec) -> tuple[dict, dict[str, np.nd
         node = nodes[node_name]
         return next((a.f for a in node.attribute if a.name == "epsilon"), 1e-5)
 
+    def int8(name: str, suffix: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """``name``'s int8 codes and scales (quantize.py's ``{name}.int8_{suffix}``), if the graph has them."""
+        codes, scale = f"{name}.int8_{suffix}", f"{name}.scale_{suffix}"
+        if codes not in init:
+            return None
+        return _initializer(init[codes], path.parent), array(scale)
+
     weights: dict[str, np.ndarray] = {}
     config: dict = {"eps": {}}
-    table = array("tgt_embed.lut.weight")
-    d = int(table.shape[1])
-    weights["embed"] = table
+
+    def product(key: str, name: str) -> None:  # a product's weight (K, N): fp32, or int8 per column
+        q = int8(name, "cols")
+        if q is None:
+            weights[f"{key}.w"] = array(name)
+        else:
+            weights[f"{key}.w8"], weights[f"{key}.ws"] = q
+
+    table = "tgt_embed.lut.weight"
+    q = int8(table, "rows")
+    if q is not None and any(n.op_type == "Gather" and n.input[0] == f"{table}.int8_rows" for n in g.node):
+        weights["embed.w8"], weights["embed.rows_scale"] = q
+    else:
+        weights["embed"] = array(table)
+    d = int(weights["embed.w8" if "embed.w8" in weights else "embed"].shape[1])
     weights["positions"] = array("tgt_embed.positions")
     config["embed_scale"] = float(array("/tgt_embed/scale").reshape(-1)[0]) if "/tgt_embed/scale" in init else 1.0
     config["position_offset"] = int(array("/tgt_embed/offset").reshape(-1)[0]) if "/tgt_embed/offset" in init else 0
@@ -104,31 +138,55 @@ def read_cpu_decoder(path: Path, spec: ModelSpec) -> tuple[dict, dict[str, np.nd
     align = int(attention.input[0].split("/")[1].split(".")[1])  # /decoder_layers.{i}/cross_attn/probs_out
     for i in range(spec.layers):
         p = f"/decoder_layers.{i}"
-        weights[f"{i}.qkv.w"] = array(f"{p}.self_attn.qkv_proj.weight_t")
+        product(f"{i}.qkv", f"{p}.self_attn.qkv_proj.weight_t")
         weights[f"{i}.qkv.b"] = array(f"{p}.self_attn.qkv_proj.bias")
-        weights[f"{i}.cross_q.w"] = array(f"{p}.cross_attn.q_proj.weight_t")
+        product(f"{i}.cross_q", f"{p}.cross_attn.q_proj.weight_t")
         weights[f"{i}.cross_q.b"] = array(f"{p}.cross_attn.q_proj.bias")
         for key, name in (("self_out", f"{p}/self_attn/out_proj"), ("cross_out", f"{p}/cross_attn/out_proj"),
                           ("fc1", f"{p}/ffn/fc1"), ("fc2", f"{p}/ffn/fc2")):
-            weights[f"{i}.{key}.w"] = array(f"{name}.weight_t")
+            product(f"{i}.{key}", f"{name}.weight_t")
             if f"{name}.bias" in init:
                 weights[f"{i}.{key}.b"] = array(f"{name}.bias")
         for key, name in (("self_norm", f"{p}/self_attn/out_proj/norm"), ("cross_norm", f"{p}/cross_attn/out_proj/norm"),
                           ("ffn_norm", f"{p}/ffn/fc2/norm")):
             norm(f"{i}.{key}", name)
-    tied = "/generator/Gemm" in nodes
-    if not tied:
-        weights["generator"] = array("generator.weight_t")
+    # The projection: Gemm on the table (tied; QGemm on its int8 rows), or MatMul on generator.weight_t.
+    generator = {n.op_type for n in g.node if n.name.startswith("/generator/")}
+    tied = bool(generator & {"Gemm", "QGemm"})
+    if "QGemm" in generator:
+        q = int8(table, "rows")
+        if q is None:
+            raise Unsupported(f"{path.name}: the int8 projection's table is missing")
+        weights["generator.table8"], weights["generator.table_scale"] = q
+    elif tied:
+        weights["generator.table"] = array(table)
+    else:
+        product("generator", "generator.weight_t")
     if "final_logits_bias" in init:
         weights["final_bias"] = array("final_logits_bias")
     weights["logits_mask"] = array("logits_mask")
     # A graph exported before the attention output (or with it taken out) does not offer it.
     config["has_attention"] = graphs.ATTENTION in {o.name for o in g.output}
     config.update(d_model=d, heads=spec.heads, layers=spec.layers, vocab=spec.vocab,
-                  d_ff=int(weights["0.fc1.w"].shape[1]), candidates=int(array("/top/k")[0]),
+                  d_ff=int(weights["0.fc1.w" if "0.fc1.w" in weights else "0.fc1.w8"].shape[1]), candidates=int(array("/top/k")[0]),
                   activation=ACTIVATIONS[activation], alignment_layer=align, pre_norm=pre_norm, tied=tied)
-    weights = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()}
+    weights = {k: np.ascontiguousarray(v, dtype=np.int8 if k.endswith("8") else np.float32) for k, v in weights.items()}
     return config, weights
+
+
+def _check_int8_scheme(path: Path, init: dict, nodes: dict) -> None:
+    """An int8 graph is one the compiled step computes when nmtserve/export/quantize.py wrote it:
+    rows quantized with max(max|x|, 1e-30) / 127 around 128, weights symmetric int8 per column or
+    per table row (its constants, by the names it gives them)."""
+    from onnx import numpy_helper
+
+    for name, value in INT8_SCHEME.items():
+        if name not in init or np.float32(numpy_helper.to_array(init[name]).reshape(-1)[0]) != np.float32(value):
+            raise Unsupported(f"{path.name} is quantized, but not as nmtserve's int8 export writes it ({name})")
+    for node in nodes.values():
+        weight = {"MatMulIntegerToFloat": 1, "QGemm": 3}.get(node.op_type)
+        if weight is not None and not node.input[weight].endswith((".int8_cols", ".int8_rows")):
+            raise Unsupported(f"{path.name}: {node.name} is not one of nmtserve's int8 products")
 
 
 def _initializer(tensor, folder: Path) -> np.ndarray:
@@ -178,7 +236,7 @@ def load(path: Path, spec: ModelSpec) -> NativeDecoder | None:
         return None
     try:
         step = NativeDecoder(path, spec)
-    except Unsupported as exc:  # int8 and portable graphs: ONNX Runtime, as before
+    except Unsupported as exc:  # portable graphs, other int8 forms: ONNX Runtime, as before
         (log.warning if setting == "1" else log.info)("the decoder step runs on ONNX Runtime: %s", exc)
         return None
     log.info("the decoder step runs compiled (nmtserve_native, %s kernels)", step.kernels)

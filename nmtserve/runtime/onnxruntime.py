@@ -121,8 +121,9 @@ class OnnxModel:
         release_mapped_weights((encoder, decoder))
         dims = spec.dims
         self._enc_out = [t.name for t in graphs.encoder_outputs(dims)]
-        if self.native_step is not None:  # fp32 (native_step checks it)
-            self._float, self.has_attention = np.float32, self.native_step.has_attention
+        self._float: type[np.floating] = np.float32
+        if self.native_step is not None:  # float32 inputs and outputs (fp32 and int8 graphs alike)
+            self.has_attention = self.native_step.has_attention
         else:
             past_type = next(i.type for i in self.decoder.get_inputs() if i.name == "past_key")
             self._float = np.float16 if past_type == "tensor(float16)" else np.float32

@@ -1,0 +1,67 @@
+// int8.h's product on AVX2 (compiled with -mavx2 -mfma): the rows' codes made signed (code - 128,
+// in [-127, 127]); vpmaddubsw multiplies their magnitudes by the weights carrying the codes' signs
+// (each pair's sum at most 2 x 127 x 127: no int16 saturation), vpmaddwd sums the pairs into int32
+// lanes. Exact int32 sums, as int8_vnni.cpp's.
+#include <immintrin.h>
+
+#include "int8.h"
+
+namespace nmtnative {
+namespace {
+
+constexpr int kLanes = 8, kPanel = 4 * kLanes;
+
+inline __m256i first(int n) { return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); }
+
+template <int R>
+inline void block(const uint8_t *a, const float *row_scale, int quads, const int8_t *panel, const float *col_scale,
+                  int N, const float *bias, float *y, int m, int n0) {
+  __m256i acc[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < 4; ++c) acc[r][c] = _mm256_setzero_si256();
+  const size_t stride = static_cast<size_t>(quads) * 4;
+  const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  const int8_t *wq = panel;
+  for (int q = 0; q < quads; ++q, wq += 4 * kPanel) {
+    __m256i wv[4];
+    for (int c = 0; c < 4; ++c) wv[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(wq + c * 4 * kLanes));
+    for (int r = 0; r < R; ++r) {
+      int32_t four;
+      __builtin_memcpy(&four, a + (m + r) * stride + 4 * q, 4);
+      const __m256i signed_codes = _mm256_xor_si256(_mm256_set1_epi32(four), flip);
+      const __m256i magnitude = _mm256_abs_epi8(signed_codes);
+      for (int c = 0; c < 4; ++c) {
+        const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(wv[c], signed_codes));
+        acc[r][c] = _mm256_add_epi32(acc[r][c], _mm256_madd_epi16(pairs, ones));
+      }
+    }
+  }
+  for (int c = 0; c < 4; ++c) {
+    const int col = n0 + c * kLanes, n = N - col;
+    if (n <= 0) break;
+    const __m256i keep = first(n);
+    const __m256 cs = _mm256_maskload_ps(col_scale + col, keep);
+    const __m256 b = bias ? _mm256_maskload_ps(bias + col, keep) : _mm256_setzero_ps();
+    for (int r = 0; r < R; ++r) {
+      __m256 v = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][c]), cs), _mm256_set1_ps(row_scale[m + r]));
+      if (bias) v = _mm256_add_ps(v, b);
+      _mm256_maskstore_ps(y + static_cast<size_t>(m + r) * N + col, keep, v);
+    }
+  }
+}
+
+void gemm(const uint8_t *a, const float *row_scale, int M, int quads, const int8_t *w, const int32_t *,
+          const float *col_scale, int N, const float *bias, float *y) {
+  for (int n0 = 0; n0 < N; n0 += kPanel) {
+    const int8_t *panel = w + static_cast<size_t>(n0) * 4 * quads;
+    int m = 0;
+    for (; m + 2 <= M; m += 2) block<2>(a, row_scale, quads, panel, col_scale, N, bias, y, m, n0);
+    for (; m < M; ++m) block<1>(a, row_scale, quads, panel, col_scale, N, bias, y, m, n0);
+  }
+}
+
+}  // namespace
+
+Int8Kernels int8_avx2() { return Int8Kernels{"avx2", kPanel, gemm}; }
+
+}  // namespace nmtnative

@@ -1,0 +1,61 @@
+// int8.h's product on AVX-512 VNNI (compiled with -mavx512f -mavx512bw -mavx512vnni): vpdpbusd
+// multiplies the rows' unsigned codes by the signed weights, four at a time, into int32 lanes
+// (no saturation); 128 x the column's sum takes the zero point back out. Exact int32 sums.
+#include <immintrin.h>
+
+#include "int8.h"
+
+namespace nmtnative {
+namespace {
+
+constexpr int kLanes = 16, kPanel = 4 * kLanes;
+
+template <int R>
+inline void block(const uint8_t *a, const float *row_scale, int quads, const int8_t *panel, const int32_t *colsum128,
+                  const float *col_scale, int N, const float *bias, float *y, int m, int n0) {
+  __m512i acc[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_setzero_si512();
+  const size_t stride = static_cast<size_t>(quads) * 4;
+  const int8_t *wq = panel;
+  for (int q = 0; q < quads; ++q, wq += 4 * kPanel) {
+    __m512i wv[4];
+    for (int c = 0; c < 4; ++c) wv[c] = _mm512_loadu_si512(wq + c * 4 * kLanes);
+    for (int r = 0; r < R; ++r) {
+      int32_t four;
+      __builtin_memcpy(&four, a + (m + r) * stride + 4 * q, 4);
+      const __m512i ab = _mm512_set1_epi32(four);
+      for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], ab, wv[c]);
+    }
+  }
+  for (int c = 0; c < 4; ++c) {
+    const int col = n0 + c * kLanes, n = N - col;
+    if (n <= 0) break;
+    const __mmask16 keep = n >= kLanes ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
+    const __m512i zero_point = _mm512_maskz_loadu_epi32(keep, colsum128 + col);
+    const __m512 cs = _mm512_maskz_loadu_ps(keep, col_scale + col);
+    const __m512 b = bias ? _mm512_maskz_loadu_ps(keep, bias + col) : _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r) {
+      const __m512i sum = _mm512_sub_epi32(acc[r][c], zero_point);
+      __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sum), cs), _mm512_set1_ps(row_scale[m + r]));
+      if (bias) v = _mm512_add_ps(v, b);
+      _mm512_mask_storeu_ps(y + static_cast<size_t>(m + r) * N + col, keep, v);
+    }
+  }
+}
+
+void gemm(const uint8_t *a, const float *row_scale, int M, int quads, const int8_t *w, const int32_t *colsum128,
+          const float *col_scale, int N, const float *bias, float *y) {
+  for (int n0 = 0; n0 < N; n0 += kPanel) {
+    const int8_t *panel = w + static_cast<size_t>(n0) * 4 * quads;
+    int m = 0;
+    for (; m + 4 <= M; m += 4) block<4>(a, row_scale, quads, panel, colsum128, col_scale, N, bias, y, m, n0);
+    for (; m < M; ++m) block<1>(a, row_scale, quads, panel, colsum128, col_scale, N, bias, y, m, n0);
+  }
+}
+
+}  // namespace
+
+Int8Kernels int8_vnni() { return Int8Kernels{"avx512-vnni", kPanel, gemm}; }
+
+}  // namespace nmtnative
