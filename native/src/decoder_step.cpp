@@ -294,18 +294,7 @@ class DecoderStep {
     const size_t stride = static_cast<size_t>(quads) * 4;
     codes.assign(M * stride, 128);
     scales.resize(M);
-    for (size_t m = 0; m < M; ++m) {
-      const float *row = x + m * l.K;
-      float top = 0.f;
-      for (int k = 0; k < l.K; ++k) top = std::max(top, std::fabs(row[k]));
-      const float scale = std::max(top, 1e-30f) / 127.f;
-      uint8_t *out = codes.data() + m * stride;
-      for (int k = 0; k < l.K; ++k) {
-        const float q = std::nearbyint(row[k] / scale) + 128.f;
-        out[k] = static_cast<uint8_t>(std::min(255.f, std::max(0.f, q)));
-      }
-      scales[m] = scale;
-    }
+    for (size_t m = 0; m < M; ++m) i8_.quantize(x + m * l.K, l.K, codes.data() + m * stride, &scales[m]);
     i8_.gemm(codes.data(), scales.data(), static_cast<int>(M), quads, l.w8, l.colsum128, l.scale, l.N, l.bias, y);
   }
 

@@ -22,7 +22,13 @@ struct Int8Kernels {
   // multiply the unsigned codes), the columns' scales and an optional bias.
   void (*gemm)(const uint8_t *a, const float *row_scale, int M, int quads, const int8_t *w, const int32_t *colsum128,
                const float *col_scale, int N, const float *bias, float *y);
+  // One row x (K) as the graph quantizes it: *scale = max(max|x|, 1e-30) / 127, codes (K) =
+  // round-half-even(x / scale) + 128, saturated to [0, 255] (IEEE division, the default rounding:
+  // the same codes from every kernel).
+  void (*quantize)(const float *x, int K, uint8_t *codes, float *scale);
 };
+
+inline float int8_row_scale(float top) { return (top > 1e-30f ? top : 1e-30f) / 127.f; }
 
 // W's codes, element (k, n) at w[k * k_stride + n * n_stride], into panels of ``panel`` columns:
 // for each panel, for each group of 4 k, the panel's columns' 4 codes in a row (zero past K and

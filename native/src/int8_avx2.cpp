@@ -4,6 +4,9 @@
 // lanes. Exact int32 sums, as int8_vnni.cpp's.
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "int8.h"
 
 namespace nmtnative {
@@ -60,8 +63,35 @@ void gemm(const uint8_t *a, const float *row_scale, int M, int quads, const int8
   }
 }
 
+void quantize(const float *x, int K, uint8_t *codes, float *scale) {
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256 top = _mm256_setzero_ps();
+  int k = 0;
+  for (; k + kLanes <= K; k += kLanes) top = _mm256_max_ps(top, _mm256_and_ps(_mm256_loadu_ps(x + k), magnitude));
+  __m128 t = _mm_max_ps(_mm256_castps256_ps128(top), _mm256_extractf128_ps(top, 1));
+  t = _mm_max_ps(t, _mm_movehl_ps(t, t));
+  t = _mm_max_ss(t, _mm_shuffle_ps(t, t, 1));
+  float m = _mm_cvtss_f32(t);
+  for (int j = k; j < K; ++j) m = std::max(m, std::fabs(x[j]));
+  const float s = int8_row_scale(m);
+  const __m256 sv = _mm256_set1_ps(s);
+  const __m256i zero_point = _mm256_set1_epi32(128), low = _mm256_setzero_si256(), high = _mm256_set1_epi32(255);
+  for (k = 0; k + kLanes <= K; k += kLanes) {
+    // _mm256_cvtps_epi32 rounds as MXCSR says: to nearest, ties to even (the default)
+    __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_div_ps(_mm256_loadu_ps(x + k), sv)), zero_point);
+    q = _mm256_min_epi32(_mm256_max_epi32(q, low), high);
+    const __m128i words = _mm_packus_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i *>(codes + k), _mm_packus_epi16(words, words));
+  }
+  for (; k < K; ++k) {
+    const float q = std::nearbyint(x[k] / s) + 128.f;
+    codes[k] = static_cast<uint8_t>(std::min(255.f, std::max(0.f, q)));
+  }
+  *scale = s;
+}
+
 }  // namespace
 
-Int8Kernels int8_avx2() { return Int8Kernels{"avx2", kPanel, gemm}; }
+Int8Kernels int8_avx2() { return Int8Kernels{"avx2", kPanel, gemm, quantize}; }
 
 }  // namespace nmtnative

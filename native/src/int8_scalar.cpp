@@ -1,4 +1,6 @@
 // int8.h's product in portable code (any CPU), and the run-time choice among the three.
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -30,9 +32,20 @@ void gemm(const uint8_t *a, const float *row_scale, int M, int quads, const int8
   }
 }
 
+void quantize(const float *x, int K, uint8_t *codes, float *scale) {
+  float top = 0.f;
+  for (int k = 0; k < K; ++k) top = std::max(top, std::fabs(x[k]));
+  const float s = int8_row_scale(top);
+  for (int k = 0; k < K; ++k) {
+    const float q = std::nearbyint(x[k] / s) + 128.f;
+    codes[k] = static_cast<uint8_t>(std::min(255.f, std::max(0.f, q)));
+  }
+  *scale = s;
+}
+
 }  // namespace
 
-Int8Kernels int8_scalar() { return Int8Kernels{"scalar", kPanel, gemm}; }
+Int8Kernels int8_scalar() { return Int8Kernels{"scalar", kPanel, gemm, quantize}; }
 
 const Int8Kernels &int8_kernels() {
   static const Int8Kernels chosen = [] {

@@ -54,8 +54,27 @@ void gemm(const uint8_t *a, const float *row_scale, int M, int quads, const int8
   }
 }
 
+void quantize(const float *x, int K, uint8_t *codes, float *scale) {
+  __m512 top = _mm512_setzero_ps();
+  int k = 0;
+  for (; k + kLanes <= K; k += kLanes) top = _mm512_max_ps(top, _mm512_abs_ps(_mm512_loadu_ps(x + k)));
+  if (k < K) top = _mm512_max_ps(top, _mm512_abs_ps(_mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << (K - k)) - 1u), x + k)));
+  const float s = int8_row_scale(_mm512_reduce_max_ps(top));
+  const __m512 sv = _mm512_set1_ps(s);
+  const __m512i zero_point = _mm512_set1_epi32(128), low = _mm512_setzero_si512();
+  for (k = 0; k < K; k += kLanes) {
+    const int n = K - k < kLanes ? K - k : kLanes;
+    const __mmask16 keep = n == kLanes ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
+    // rounded to nearest, ties to even (MXCSR's default), then saturated into [0, 255]
+    __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_div_ps(_mm512_maskz_loadu_ps(keep, x + k), sv)), zero_point);
+    q = _mm512_max_epi32(q, low);
+    _mm512_mask_cvtusepi32_storeu_epi8(codes + k, keep, q);
+  }
+  *scale = s;
+}
+
 }  // namespace
 
-Int8Kernels int8_vnni() { return Int8Kernels{"avx512-vnni", kPanel, gemm}; }
+Int8Kernels int8_vnni() { return Int8Kernels{"avx512-vnni", kPanel, gemm, quantize}; }
 
 }  // namespace nmtnative
