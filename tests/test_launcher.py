@@ -318,6 +318,41 @@ def test_serve_forever_fails_when_the_server_dies(
         process.wait()
 
 
+@pytest.mark.server
+def test_serve_forever_restarts_a_server_its_killed_stub_took_down(
+    install: TritonInstall, cache_dir: Path, tmp_path: Path
+) -> None:
+    """A Python stub killed while it holds the shared-memory lock can make tritonserver abort
+    (boost::interprocess::lock_exception, seen under load in tests/test_faults.py): the stub's
+    death, so serve_forever restarts it, as it restarts after a stub's death alone."""
+    process, banner = start_serve_forever(cache_dir, tmp_path)
+    try:
+        server_pid = int(re.search(r"pid +(\d+)", banner).group(1))  # type: ignore[union-attr]
+        stubs = [int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit() and _child_stub(e, server_pid)]
+        assert stubs, "no Python stub process found"
+        os.kill(stubs[0], signal.SIGKILL)
+        os.kill(server_pid, signal.SIGABRT)
+        assert process.stdout is not None
+        again = next((line for line in process.stdout if "serving again" in line), None)
+        if again is None:
+            process.wait(timeout=30)
+            pytest.fail(f"no restart (exit {process.returncode}):\n{process.communicate()[1]}")
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=20) == 0
+        assert "after a Python stub died" in process.communicate()[1]
+    finally:
+        process.kill()
+        process.wait()
+
+
+def _child_stub(entry: Path, parent: int) -> bool:
+    try:
+        ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        return ppid == parent and (entry / "cmdline").read_bytes().split(b"\0")[0].endswith(b"triton_python_backend_stub")
+    except (OSError, ValueError, IndexError):
+        return False
+
+
 def test_beyond_loopback_the_admin_apis_need_the_admin_key(
     install: TritonInstall, cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

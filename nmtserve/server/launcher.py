@@ -722,6 +722,7 @@ def serve_forever(config: ServerConfig, out: TextIO | None = None) -> int:
             print(f"nmtserve: {exc}", file=sys.stderr)
             return 1
         urls = server.urls
+        stubs = server.stub_processes()  # watched from before the banner says it serves
         print(
             f"nmtserve: Triton is serving {config.model_repository} (ready in {elapsed:.1f} s)\n"
             f"  HTTP     {urls.http}\n"
@@ -733,19 +734,24 @@ def serve_forever(config: ServerConfig, out: TextIO | None = None) -> int:
             file=out,
             flush=True,
         )
-        stubs = server.stub_processes()
         while not stop_requested.wait(0.5):
             code = server.returncode
-            if code is not None:
+            dead = sorted(name for pid, name in stubs.items() if not _process_alive(pid))
+            # A stub killed while it holds the shared-memory lock can take tritonserver down with
+            # it (boost::interprocess::lock_exception, then abort): that is the stub's death, and
+            # restarted as one. Any other exit (killed, crashed with its stubs alive) is reported.
+            taken_down = code == -signal.SIGABRT and bool(dead)
+            if code is not None and not taken_down:
                 print(f"nmtserve: {server.exit_report('while serving')}", file=sys.stderr)
                 if code == 0:  # exiting unasked is a failure even when Triton calls it success
                     return 1
                 return 128 - code if code < 0 else code
-            dead = sorted(name for pid, name in stubs.items() if not _process_alive(pid))
             if dead:
                 # Triton keeps reporting the model ready, but its requests would hang or fail
                 # ("Stub process ... is not healthy") from now on: start afresh. Clients see
                 # UNAVAILABLE / refused connections meanwhile, which nmtserve's client retries.
+                if code is not None:
+                    print(f"nmtserve: {server.exit_report('after a Python stub died')}", file=sys.stderr)
                 print(f"nmtserve: the Python stub process of {', '.join(dead)} died; restarting tritonserver",
                       file=sys.stderr, flush=True)
                 elapsed = _restart(server, stop_requested)
