@@ -529,6 +529,8 @@ class TritonServer:
             if self._drain_file is not None and any(self.config.model_repository.glob("generate*/config.pbtxt")):
                 self._drain_file.touch()
                 drained = self._wait_drained(time.monotonic() + DRAIN_SECONDS)
+                LOGGER.info("drain %s after %.2f s", "acknowledged" if drained else "not acknowledged",
+                            time.monotonic() - started)
                 self.stop_notes.append("generate answered what it held" if drained
                                        else f"generate did not confirm its drain in {DRAIN_SECONDS:g} s")
             # Idle keep-alive clients would hold Triton's HTTP shutdown for the whole exit timeout.
