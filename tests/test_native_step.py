@@ -31,7 +31,7 @@ ALL = tuple(t.name for t in graphs.decoder_outputs(graphs.Dims(3, 4, 8, 67)))
 
 def _spec(model):
     c = model.config
-    return SimpleNamespace(layers=c.decoder_layers, heads=c.h, vocab=c.tgt_vocab_size)
+    return SimpleNamespace(layers=c.decoder_layers, heads=c.h, d_k=c.d_k, vocab=c.tgt_vocab_size)
 
 
 def test_the_compiled_step_is_installed_where_ci_runs():
@@ -209,6 +209,15 @@ def test_graphs_it_cannot_run_stay_on_onnx_runtime(tmp_path, monkeypatch, caplog
     assert native_step.load(path, _spec(model)) is not None
     assert native_step.load(q, _spec(model)) is None
     assert "runs on ONNX Runtime" not in caplog.text
+    # fp32 above FP32_LARGEST_D_MODEL: ONNX Runtime by default (measured faster), compiled when asked;
+    # int8 compiled at any size.
+    wide = SimpleNamespace(**{**vars(_spec(model)), "d_k": native_step.FP32_LARGEST_D_MODEL})
+    caplog.set_level("INFO", logger=native_step.log.name)
+    assert native_step.load(path, wide) is None
+    assert "its fp32 kernels are faster" in caplog.text
+    assert native_step.load(_int8(model, path), wide) is not None
+    monkeypatch.setenv(native_step.ENV, "1")
+    assert native_step.load(path, wide) is not None
 
 
 def test_bad_feeds_are_refused_by_name(tmp_path):

@@ -14,9 +14,10 @@ outputs within float32 noise, to the PyTorch reference's decodes token for token
 invariance bit for bit (a sentence's step is the same alone, in any batch and at any offset of its
 past in the cache window: by construction, with no float64 sums).
 
-Served by default wherever the graph allows it (``OnnxModel`` on the CPU provider; measured in
-bench/native_step.py). ``NMTSERVE_NATIVE_STEP=0`` turns it off (ONNX Runtime runs the graph);
-``=1`` asks for it and warns where it cannot be had.
+Served by default wherever the graph allows it (``OnnxModel`` on the CPU provider) and it was
+measured faster (bench/native_step.py): int8 at every size, fp32 up to ``FP32_LARGEST_D_MODEL``.
+``NMTSERVE_NATIVE_STEP=0`` turns it off (ONNX Runtime runs the graph); ``=1`` asks for it at any
+size and warns where it cannot be had.
 
 The weights are read from the graph's data file through a read-only memory map, not loaded into
 the graph's protobuf: the products' weights are packed into the step's own arrays and the tables
@@ -52,6 +53,20 @@ ENV = "NMTSERVE_NATIVE_STEP"
 ACTIVATIONS = {"relu": 0, "gelu": 1, "swish": 2}
 # nmtserve/export/quantize.py's constants, by its names (ZERO_POINT, the row scale's levels and floor).
 INT8_SCHEME = {"int8/zero_point": 128, "int8/levels": 127.0, "int8/one": 1.0, "int8/tiny": 1e-30}
+
+
+# Where the compiled step serves fp32 by default: measured against ONNX Runtime in alternating rounds
+# (bench/native_step.py, bench/RESULTS.md session 19): faster at d_model 192 (demo: 1.5x one
+# sentence, 1.08x bulk) and 256 (student: 1.19x / 1.33x), slower at 512 (opus-mt-base shape: 0.87-0.99x
+# / 0.89-0.90x, its 58k-word projection). int8 is compiled at every size (base: 1.4-1.6x / 1.0x).
+FP32_LARGEST_D_MODEL = 256
+
+
+def _is_int8(path: Path) -> bool:
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return any(n.op_type in ("MatMulIntegerToFloat", "QGemm") for n in graph.node)
 
 
 class Unsupported(ValueError):
@@ -233,6 +248,10 @@ def load(path: Path, spec: ModelSpec) -> NativeDecoder | None:
     """The compiled step for this decoder where the graph allows it and ``NMTSERVE_NATIVE_STEP`` is not ``0``."""
     setting = os.environ.get(ENV, "")
     if setting == "0":
+        return None
+    if setting != "1" and spec.heads * spec.d_k > FP32_LARGEST_D_MODEL and not _is_int8(path):
+        log.info("the decoder step runs on ONNX Runtime: at d_model %d its fp32 kernels are faster "
+                 "(%s=1 asks for the compiled step)", spec.heads * spec.d_k, ENV)
         return None
     try:
         step = NativeDecoder(path, spec)
