@@ -20,7 +20,6 @@ default) against never releasing it, alternating.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -29,17 +28,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from step_profile import BEAM, MAX_NEW, _cpu_flags, checkpoint_dir, export_shape, sentences  # noqa: E402
+from step_profile import (  # noqa: E402
+    BEAM,
+    MAX_NEW,
+    _cpu_flags,
+    alternating_parser,
+    checkpoint_dir,
+    export_shape,
+    sentences,
+)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shapes", default="demo,student")
-    parser.add_argument("--precisions", default="fp32,int8")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--one", type=int, default=32)
-    parser.add_argument("--sentences", type=int, default=128)
-    parser.add_argument("--batch", type=int, default=64)
+    parser = alternating_parser(__doc__)
     parser.add_argument("--gil", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()

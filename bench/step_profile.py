@@ -91,6 +91,19 @@ class Timers:
         setattr(owner, name, timed)
 
 
+def alternating_parser(doc: str) -> argparse.ArgumentParser:
+    """The options of the alternating-round benches (bench/native_search.py, bench/native_step.py):
+    shapes, precisions, rounds, and the one-sentence and bulk loads."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", default="demo,student")
+    parser.add_argument("--precisions", default="fp32,int8")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--one", type=int, default=32, help="one-sentence requests, one at a time")
+    parser.add_argument("--sentences", type=int, default=128, help="bulk: sentences in requests of --batch")
+    parser.add_argument("--batch", type=int, default=64)
+    return parser
+
+
 def checkpoint_dir(shape: str, tmp: Path) -> Path:
     if shape == "demo":
         return ROOT / "models" / "en-fr-numbers"
