@@ -326,8 +326,10 @@ class DecoderStep {
     scores.resize(T + 1), probs.resize(2 * S + 1);
     // Each sentence's real past times and source positions, in order: every softmax runs over
     // these alone, whatever the window and the padding around them.
-    std::vector<std::vector<int>> times(B), sources(B);
+    thread_local std::vector<std::vector<int>> times, sources;  // their capacity kept between steps
+    if (times.size() < B) times.resize(B), sources.resize(B);
     for (size_t b = 0; b < B; ++b) {
+      times[b].clear(), sources[b].clear();
       for (size_t t = 0; t < T; ++t)
         if (in.past_mask[b * T + t]) times[b].push_back(static_cast<int>(t));
       for (size_t s = 0; s < S; ++s)

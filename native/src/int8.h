@@ -9,6 +9,8 @@
 // round them (MatMulIntegerToFloat or QGemm, then Mul, then Add).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -29,6 +31,12 @@ struct Int8Kernels {
 };
 
 inline float int8_row_scale(float top) { return (top > 1e-30f ? top : 1e-30f) / 127.f; }
+
+// One value's code: round-half-even(x / scale) + 128, saturated (the vector kernels' rule, lane by lane).
+inline uint8_t int8_code(float x, float scale) {
+  const float q = std::nearbyint(x / scale) + 128.f;
+  return static_cast<uint8_t>(std::min(255.f, std::max(0.f, q)));
+}
 
 // W's codes, element (k, n) at w[k * k_stride + n * n_stride], into panels of ``panel`` columns:
 // for each panel, for each group of 4 k, the panel's columns' 4 codes in a row (zero past K and

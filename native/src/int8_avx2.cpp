@@ -83,10 +83,7 @@ void quantize(const float *x, int K, uint8_t *codes, float *scale) {
     const __m128i words = _mm_packus_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
     _mm_storel_epi64(reinterpret_cast<__m128i *>(codes + k), _mm_packus_epi16(words, words));
   }
-  for (; k < K; ++k) {
-    const float q = std::nearbyint(x[k] / s) + 128.f;
-    codes[k] = static_cast<uint8_t>(std::min(255.f, std::max(0.f, q)));
-  }
+  for (; k < K; ++k) codes[k] = int8_code(x[k], s);
   *scale = s;
 }
 

@@ -36,10 +36,7 @@ void quantize(const float *x, int K, uint8_t *codes, float *scale) {
   float top = 0.f;
   for (int k = 0; k < K; ++k) top = std::max(top, std::fabs(x[k]));
   const float s = int8_row_scale(top);
-  for (int k = 0; k < K; ++k) {
-    const float q = std::nearbyint(x[k] / s) + 128.f;
-    codes[k] = static_cast<uint8_t>(std::min(255.f, std::max(0.f, q)));
-  }
+  for (int k = 0; k < K; ++k) codes[k] = int8_code(x[k], s);
   *scale = s;
 }
 

@@ -62,13 +62,6 @@ INT8_SCHEME = {"int8/zero_point": 128, "int8/levels": 127.0, "int8/one": 1.0, "i
 FP32_LARGEST_D_MODEL = 256
 
 
-def _is_int8(path: Path) -> bool:
-    import onnx
-
-    graph = onnx.load(str(path), load_external_data=False).graph
-    return any(n.op_type in ("MatMulIntegerToFloat", "QGemm") for n in graph.node)
-
-
 class Unsupported(ValueError):
     """The decoder graph is not one the compiled step runs (it stays on ONNX Runtime)."""
 
@@ -185,7 +178,9 @@ def read_cpu_decoder(path: Path, spec: ModelSpec) -> tuple[dict, dict[str, np.nd
     config.update(d_model=d, heads=spec.heads, layers=spec.layers, vocab=spec.vocab,
                   d_ff=int(weights["0.fc1.w" if "0.fc1.w" in weights else "0.fc1.w8"].shape[1]), candidates=int(array("/top/k")[0]),
                   activation=ACTIVATIONS[activation], alignment_layer=align, pre_norm=pre_norm, tied=tied)
-    weights = {k: np.ascontiguousarray(v, dtype=np.int8 if k.endswith("8") else np.float32) for k, v in weights.items()}
+    codes = {k for k in weights if k.endswith("8")}  # int8 codes: key.w8, embed.w8, generator.table8
+    config["int8"] = bool(codes)
+    weights = {k: np.ascontiguousarray(v, dtype=np.int8 if k in codes else np.float32) for k, v in weights.items()}
     return config, weights
 
 
@@ -223,10 +218,15 @@ def _initializer(tensor, folder: Path) -> np.ndarray:
 class NativeDecoder:
     """``run_step`` of the decoder contract (``nmtserve.graphs``) on ``nmtserve_native.DecoderStep``."""
 
-    def __init__(self, path: Path, spec: ModelSpec):
+    def __init__(self, path: Path, spec: ModelSpec, fp32_largest_d_model: int | None = None):
+        """``fp32_largest_d_model``: refuse an fp32 graph of a larger d_model (where ONNX Runtime is faster)."""
         if native.module is None or not hasattr(native.module, "DecoderStep"):
             raise Unsupported("nmtserve_native is not installed")
         config, weights = read_cpu_decoder(path, spec)
+        int8 = config.pop("int8")
+        if fp32_largest_d_model is not None and not int8 and spec.heads * spec.d_k > fp32_largest_d_model:
+            raise Unsupported(f"at d_model {spec.heads * spec.d_k} its fp32 kernels are faster ({ENV}=1 asks for "
+                              "the compiled step)")
         self.has_attention = config.pop("has_attention")
         self.layers = spec.layers
         self.step = native.module.DecoderStep(config, weights)
@@ -249,13 +249,9 @@ def load(path: Path, spec: ModelSpec) -> NativeDecoder | None:
     setting = os.environ.get(ENV, "")
     if setting == "0":
         return None
-    if setting != "1" and spec.heads * spec.d_k > FP32_LARGEST_D_MODEL and not _is_int8(path):
-        log.info("the decoder step runs on ONNX Runtime: at d_model %d its fp32 kernels are faster "
-                 "(%s=1 asks for the compiled step)", spec.heads * spec.d_k, ENV)
-        return None
     try:
-        step = NativeDecoder(path, spec)
-    except Unsupported as exc:  # portable graphs, other int8 forms: ONNX Runtime, as before
+        step = NativeDecoder(path, spec, None if setting == "1" else FP32_LARGEST_D_MODEL)
+    except Unsupported as exc:  # portable graphs, other int8 forms, large fp32: ONNX Runtime, as before
         (log.warning if setting == "1" else log.info)("the decoder step runs on ONNX Runtime: %s", exc)
         return None
     log.info("the decoder step runs compiled (nmtserve_native, %s kernels)", step.kernels)

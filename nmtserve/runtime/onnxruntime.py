@@ -116,7 +116,7 @@ class OnnxModel:
         # would hold the weights a second time).
         self.native_step = (native_step.load(decoder, spec) if native and providers == ["CPUExecutionProvider"]
                             else None)
-        self._decoder_session = (str(decoder), threads, providers)
+        self._decoder_args = (str(decoder), threads, providers)
         self._decoder = None if self.native_step else self._new_decoder_session()
         release_mapped_weights((encoder, decoder))
         dims = spec.dims
@@ -131,7 +131,7 @@ class OnnxModel:
             self.has_attention = graphs.ATTENTION in {o.name for o in self.decoder.get_outputs()}
 
     def _new_decoder_session(self) -> ort.InferenceSession:
-        path, threads, providers = self._decoder_session
+        path, threads, providers = self._decoder_args
         return ort.InferenceSession(path, session_options(threads), providers=providers)
 
     @property
