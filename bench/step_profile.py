@@ -28,9 +28,11 @@ split):
     (``Shape`` then ``Add``s on a 2-element tensor), on the same session options;
   * ``kernels``: the rest (``session_run`` less ``ort_overhead``): the graph's arithmetic;
   With the compiled decoder step (fused CPU graphs, fp32 and int8, ``nmtserve_native.DecoderStep``, served
-  by default) ``session_run`` is ``NativeDecoder.run_step``, ``kernels`` the compiled call inside
-  it (timed around it: the arithmetic and pybind11's argument handling) and ``ort_overhead`` the
-  wrapper's Python around that call; there are no nodes and no twin;
+  by default) ``session_run`` is ``NativeDecoder.run_pool`` (the engine's step on its own pools:
+  no feeds, the new K/V written in place; ``run_step`` where the engine builds feeds), ``kernels``
+  the compiled call inside it (timed around it: the arithmetic, pybind11's argument handling and
+  the call's own checks and K/V writes, a few microseconds) and ``ort_overhead`` the wrapper's
+  Python around that call; there are no nodes and no twin;
 * ``search``: ``BeamBatch.advance`` (candidates, finished hypotheses, the length penalty,
   forced tokens and constraints);
 * ``cache``: the step's feeds (``_feeds``: the ancestor table's window, the masks), the new K/V
@@ -208,13 +210,23 @@ def profile_engine(art: Path, ids: list[list[int]], batch: int, threads: int, or
             self.run = run
             timers.wrap(self, "run", part)
 
+    class Compiled:  # DecoderStep's methods are read-only on the object: stand in for it
+        def __init__(self, step):
+            self.run, self.run_pool = step.run, step.run_pool
+            timers.wrap(self, "run", "kernels")
+            timers.wrap(self, "run_pool", "kernels")
+
     native = model.native_step
     if native is not None:
         # The compiled step (fp32): ``session_run`` is NativeDecoder.run_step (the feeds made
         # contiguous, the call, the outputs picked); ``kernels`` is DecoderStep.run inside it
         # (the kernels and pybind11's argument handling, a few microseconds).
+        # The engine calls ``run_pool`` (``OnnxModel.pool_step``: the step on the engine's own pools,
+        # no feeds built, the new K/V written in place) where it can: wrapped the same way.
         timers.wrap(native, "run_step", "session_run")
-        native.step = Session(native.step.run, "kernels")
+        timers.wrap(native, "run_pool", "session_run")
+        model.pool_step = native.run_pool
+        native.step = Compiled(native.step)
     else:
         decoder_run = model.decoder.run
 

@@ -6,6 +6,7 @@ the held-out sentences equal to the PyTorch reference decode, token for token.""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -296,3 +297,76 @@ def test_served_int8_decodes_equal_onnx_runtimes(demo_int8_repository, demo_chec
         assert [h.tokens for h in got] == [h.tokens for h in want], i
         assert [h.alignment for h in got] == [h.alignment for h in want], i
         np.testing.assert_allclose([h.score for h in got], [h.score for h in want], atol=5e-3)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_the_engines_step_on_its_pools_equals_the_step_on_feeds(demo_repository, demo_int8_repository, demo_checkpoint,
+                                                                demo_sentences, monkeypatch, precision):
+    """``run_pool`` (the engine's step reading and writing its own pools and table) against ``run``
+    on the feeds the engine builds plus the engine's own K/V store: the same bits for every
+    hypothesis, score and alignment, with beams of 4 and 2, target prefixes, terms (full log-probs),
+    sentences joining and leaving a running batch of 5 and a pool of 3 steps' headroom (compacted
+    and grown as it runs)."""
+    from nmtserve.decoding.constraints import Constraint
+    from nmtserve.decoding.search import TargetPrefix
+    from nmtserve.engine import InflightBatcher
+    from nmtserve.runtime.onnxruntime import OnnxModel
+    from nmtserve.runtime.spec import ModelSpec
+
+    monkeypatch.setenv(native_step.ENV, "1")
+    folder = Path(demo_repository if precision == "fp32" else demo_int8_repository) / "generate" / "1"
+    runtime = OnnxModel(folder / "encoder.onnx", folder / "decoder.onnx", ModelSpec.load(folder / "model.json"), threads=1)
+    assert runtime.pool_step is not None
+    tok = demo_checkpoint.tokenizer
+    sources = [tok.encode(t) for t in demo_sentences[-40:]]
+    four = SearchOptions(beam_size=4, max_length=96, num_hypotheses=2, alignment=True)
+    two = SearchOptions(beam_size=2, max_length=96, num_hypotheses=2)
+    prefixes = [TargetPrefix(), TargetPrefix(tuple(tok.encode(demo_sentences[0])[:2]))] * 5
+    terms = [(Constraint(((tok.encode(demo_sentences[1])[0],),)),), ()] * 3
+    requests = [(sources[:20], four, {}), (sources[20:30], two, {"prefixes": prefixes}),
+                (sources[30:36], four, {"constraints": terms}), (sources[36:], two, {})]
+    results = {}
+    for pooled in (True, False):
+        engine = InflightBatcher(runtime, max_sentences=5, pool_slack=3)
+        if not pooled:
+            engine.pool_step = None
+        answers: list = [None] * len(requests)
+        for i, (src, options, extra) in enumerate(requests):
+            engine.submit(src, options, lambda r, e, i=i: answers.__setitem__(i, r if e is None else e), **extra)
+        engine.start()
+        try:
+            deadline = time.monotonic() + 300
+            while any(a is None for a in answers) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            engine.stop()
+        assert all(isinstance(a, list) for a in answers), answers
+        results[pooled] = [[(h.tokens, h.score, h.alignment) for h in sentence] for a in answers for sentence in a]
+    assert results[True] == results[False]
+
+
+def test_the_pool_step_refuses_arrays_that_do_not_fit(tmp_path):
+    model = _model()
+    spec = _spec(model)
+    step = native_step.NativeDecoder(build_cpu_decoder(model, tmp_path / "decoder.onnx"), spec)
+    b, k, t, s = 2, 3, 6, 5
+    shape = (t, b * k, spec.layers, spec.heads, spec.d_k)
+    args = dict(b=b, g=2, tokens=np.ones((b, k), np.int64), steps=np.full(b, 2, np.int64), pool_key=np.zeros(shape, np.float32),
+                pool_value=np.zeros(shape, np.float32), table=np.zeros((b, k, t), np.int32), start=np.zeros(b, np.int64),
+                src_len=np.full(b, s, np.int64),
+                memory_keys=[np.zeros((b, spec.heads, spec.d_k, s), np.float32)] * spec.layers,
+                memory_values=[np.zeros((b, spec.heads, s, spec.d_k), np.float32)] * spec.layers)
+    out = step.run_pool(**args)
+    assert out["top_ids"].shape[:2] == (b, k)
+    assert args["table"][:, :, 2].tolist() == [[0, 1, 2], [3, 4, 5]]
+    for change, message in (({"g": t}, "do not fit"), ({"start": np.array([0, 3])}, "starts after the step"),
+                            ({"src_len": np.array([s, s + 1])}, "longer than its memory"),
+                            ({"table": np.full((b, k, t), 7, np.int32)}, "cache row is out of range"),
+                            ({"tokens": np.full((b, k), 10_000, np.int64)}, "token id is out of range"),
+                            ({"table": np.zeros((b, k, t), np.int64)}, "table has an unexpected dtype")):
+        with pytest.raises(ValueError, match=message):
+            step.run_pool(**{**args, **change})
+    frozen = np.zeros(shape, np.float32)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="pool_key is read-only"):
+        step.run_pool(**{**args, "pool_key": frozen})

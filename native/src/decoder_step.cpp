@@ -82,6 +82,13 @@ const T *checked(const py::array &a, const char *name, std::vector<py::ssize_t> 
   return static_cast<const T *>(a.data());
 }
 
+template <typename T>
+T *mutable_checked(py::array &a, const char *name, std::vector<py::ssize_t> shape) {
+  checked<T>(a, name, shape);
+  if (!a.writeable()) throw std::invalid_argument(std::string("native decoder step: ") + name + " is read-only");
+  return static_cast<T *>(a.mutable_data());
+}
+
 class DecoderStep {
  public:
   DecoderStep(const py::dict &config, const py::dict &weights) : k_(kernels()), i8_(int8_kernels()) {
@@ -223,58 +230,151 @@ class DecoderStep {
     in.past_key = checked<float>(past_key, "past_key", {T, R, n_layers_, h_, dk_});
     in.past_value = checked<float>(past_value, "past_value", {T, R, n_layers_, h_, dk_});
     in.cache_rows = checked<int32_t>(cache_rows, "cache_rows", {B, K, T});
-    in.past_mask = checked<bool>(past_mask, "past_mask", {B, T});
-    in.src_mask = checked<bool>(src_mask, "src_mask", {B, S});
-    if (static_cast<int>(memory_keys.size()) != n_layers_ || static_cast<int>(memory_values.size()) != n_layers_) {
-      throw std::invalid_argument("native decoder step: one memory key and value per layer");
-    }
-    for (int i = 0; i < n_layers_; ++i) {
-      in.memory_keys.push_back(checked<float>(memory_keys[i], "memory_key", {B, h_, dk_, S}));
-      in.memory_values.push_back(checked<float>(memory_values[i], "memory_value", {B, h_, S, dk_}));
-    }
-    in.B = B, in.K = K, in.T = T, in.R = R, in.S = S;
-    for (py::ssize_t n = 0; n < B * K; ++n) {
-      if (in.ids[n] < 0 || in.ids[n] >= embed_rows_) throw std::invalid_argument("native decoder step: a token id is out of range");
-    }
-    for (py::ssize_t b = 0; b < B; ++b) {
-      const long p = static_cast<long>(in.position[b]) + pos_offset_;
-      if (p < 0 || p >= position_rows_) throw std::invalid_argument("native decoder step: a position is out of range");
-    }
+    in.rows_stride = T;
+    const bool *mask = checked<bool>(past_mask, "past_mask", {B, T});
+    const bool *src = checked<bool>(src_mask, "src_mask", {B, S});
+    memories(in, memory_keys, memory_values, B, S);
+    in.B = B, in.K = K, in.R = R, in.S = S;
+    check_tokens(in);
     for (py::ssize_t i = 0; i < B * K * T; ++i) {
       if (in.cache_rows[i] < 0 || in.cache_rows[i] >= R) throw std::invalid_argument("native decoder step: a cache row is out of range");
     }
-    const int C = candidates_;
-    py::array_t<float> top_values({B, K, static_cast<py::ssize_t>(C)});
-    py::array_t<int32_t> top_ids({B, K, static_cast<py::ssize_t>(C)});
+    // Each sentence's real past times and source positions, in order: every softmax runs over
+    // these alone, whatever the window and the padding around them.
+    Lists &lists = lists_for(B);
+    for (py::ssize_t b = 0; b < B; ++b) {
+      for (py::ssize_t t = 0; t < T; ++t)
+        if (mask[b * T + t]) lists.times[b].push_back(static_cast<int>(t));
+      for (py::ssize_t s = 0; s < S; ++s)
+        if (src[b * S + s]) lists.sources[b].push_back(static_cast<int>(s));
+    }
     std::vector<py::ssize_t> kv_shape{B, K, n_layers_, h_, dk_};
     py::array_t<float> new_key(kv_shape), new_value(kv_shape);
-    py::array_t<float> attention, log_probs;
-    if (want_attention) attention = py::array_t<float>({B, K, S});
-    if (want_log_probs) log_probs = py::array_t<float>({B, K, static_cast<py::ssize_t>(vocab_)});
-    Outputs out{top_values.mutable_data(), top_ids.mutable_data(), new_key.mutable_data(), new_value.mutable_data(),
-                want_attention ? attention.mutable_data() : nullptr, want_log_probs ? log_probs.mutable_data() : nullptr};
-    {
-      py::gil_scoped_release release;
-      compute(in, out);
-    }
-    py::dict result;
-    result["top_log_probs"] = top_values;
-    result["top_ids"] = top_ids;
+    py::dict result = outputs(in, want_attention, want_log_probs, new_key.mutable_data(), new_value.mutable_data(), lists);
     result["new_key"] = new_key;
     result["new_value"] = new_value;
-    if (want_attention) result["attention"] = attention;
-    if (want_log_probs) result["log_probs"] = log_probs;
+    return result;
+  }
+
+  // The served engine's step (nmtserve/engine/batcher.py), on its own arrays, with no feeds built:
+  // rows [0, b) of a beam-width group, each sentence's past the pool times [start[s], g) through
+  // its ancestor table, its source the first src_len[s] positions of its memory. The step's K/V go
+  // straight into the pool at time g, hypothesis n (= s * K + k) in row n, and the table records
+  // it (table[s, k, g] = n): what ``run`` + the engine's ``_store_new_kv`` did, with the same
+  // arithmetic in the same order (a row's softmax runs over the same past and source either way).
+  py::dict run_pool(int b, int g, const py::array &tokens, const py::array &steps, py::array &pool_key,
+                    py::array &pool_value, py::array &table, const py::array &start, const py::array &src_len,
+                    const std::vector<py::array> &memory_keys, const std::vector<py::array> &memory_values,
+                    bool want_attention, bool want_log_probs) const {
+    if (tokens.ndim() != 2 || pool_key.ndim() != 5 || table.ndim() != 3 || memory_keys.empty() || memory_keys[0].ndim() != 4) {
+      throw std::invalid_argument("native decoder step: tokens (b, K), pools (T, R, L, h, d_k), table (b, K, T), memories (b, h, d_k, S)");
+    }
+    const py::ssize_t K = tokens.shape(1), T = pool_key.shape(0), R = pool_key.shape(1), S = memory_keys[0].shape(3);
+    const py::ssize_t rows = table.shape(0);
+    if (b < 1 || b > rows || b > tokens.shape(0) || b > steps.shape(0) || b > start.shape(0) || b > src_len.shape(0) ||
+        b * K > R || g < 0 || g >= T || table.shape(1) != K || table.shape(2) < T) {
+      throw std::invalid_argument("native decoder step: the group's arrays do not fit " + std::to_string(b) +
+                                  " rows at time " + std::to_string(g));
+    }
+    const int64_t *tok = checked<int64_t>(tokens, "tokens", {-1, K});
+    const int64_t *t_of = checked<int64_t>(steps, "steps", {-1});
+    const int64_t *first = checked<int64_t>(start, "start", {-1});
+    const int64_t *length = checked<int64_t>(src_len, "src_len", {-1});
+    float *key = mutable_checked<float>(pool_key, "pool_key", {T, R, n_layers_, h_, dk_});
+    float *value = mutable_checked<float>(pool_value, "pool_value", {T, R, n_layers_, h_, dk_});
+    int32_t *tab = mutable_checked<int32_t>(table, "table", {rows, K, -1});
+    const py::ssize_t T_table = table.shape(2);
+    thread_local std::vector<int32_t> ids, position;
+    ids.resize(b * K), position.resize(b);
+    for (py::ssize_t n = 0; n < b * K; ++n) ids[n] = tok[n] < 0 || tok[n] > INT32_MAX ? -1 : static_cast<int32_t>(tok[n]);
+    for (py::ssize_t s = 0; s < b; ++s) position[s] = t_of[s] < 0 || t_of[s] > INT32_MAX ? -1 : static_cast<int32_t>(t_of[s]);
+    Inputs in;
+    in.ids = ids.data(), in.position = position.data();
+    in.past_key = key, in.past_value = value;
+    in.cache_rows = tab, in.rows_stride = T_table;
+    memories(in, memory_keys, memory_values, rows, S);
+    in.B = b, in.K = K, in.R = R, in.S = S;
+    check_tokens(in);
+    Lists &lists = lists_for(b);
+    for (py::ssize_t s = 0; s < b; ++s) {
+      if (first[s] < 0 || first[s] > g) throw std::invalid_argument("native decoder step: a sentence starts after the step");
+      if (length[s] < 0 || length[s] > S) throw std::invalid_argument("native decoder step: a source is longer than its memory");
+      for (int t = static_cast<int>(first[s]); t < g; ++t) {
+        lists.times[s].push_back(t);
+        for (py::ssize_t k = 0; k < K; ++k) {
+          const int32_t r = tab[(s * K + k) * T_table + t];
+          if (r < 0 || r >= R) throw std::invalid_argument("native decoder step: a cache row is out of range");
+        }
+      }
+      for (int p = 0; p < length[s]; ++p) lists.sources[s].push_back(p);
+    }
+    const size_t at = static_cast<size_t>(g) * R * n_layers_ * d_;  // pool time g, row 0
+    py::dict result = outputs(in, want_attention, want_log_probs, key + at, value + at, lists);
+    for (py::ssize_t n = 0; n < b * K; ++n) tab[n * T_table + g] = static_cast<int32_t>(n);
     return result;
   }
 
  private:
   struct Inputs {
-    const int32_t *ids, *position, *cache_rows;
-    const float *past_key, *past_value;
-    const bool *past_mask, *src_mask;
-    std::vector<const float *> memory_keys, memory_values;
-    py::ssize_t B, K, T, R, S;
+    const int32_t *ids, *position;
+    const int32_t *cache_rows;  // hypothesis n's ancestor row at time t: cache_rows[n * rows_stride + t]
+    size_t rows_stride;
+    const float *past_key, *past_value;  // (time, R, L, h, d_k)
+    std::vector<const float *> memory_keys, memory_values;  // per layer (B, h, d_k, S) / (B, h, S, d_k)
+    py::ssize_t B, K, R, S;
   };
+  // Per sentence: the past times it attends and its source positions, in order.
+  struct Lists {
+    std::vector<std::vector<int>> times, sources;
+  };
+  static Lists &lists_for(py::ssize_t B) {
+    thread_local Lists lists;  // capacity kept between steps
+    if (static_cast<py::ssize_t>(lists.times.size()) < B) lists.times.resize(B), lists.sources.resize(B);
+    for (py::ssize_t b = 0; b < B; ++b) lists.times[b].clear(), lists.sources[b].clear();
+    return lists;
+  }
+  void memories(Inputs &in, const std::vector<py::array> &keys, const std::vector<py::array> &values, py::ssize_t B,
+                py::ssize_t S) const {
+    if (static_cast<int>(keys.size()) != n_layers_ || static_cast<int>(values.size()) != n_layers_) {
+      throw std::invalid_argument("native decoder step: one memory key and value per layer");
+    }
+    for (int i = 0; i < n_layers_; ++i) {
+      in.memory_keys.push_back(checked<float>(keys[i], "memory_key", {B, h_, dk_, S}));
+      in.memory_values.push_back(checked<float>(values[i], "memory_value", {B, h_, S, dk_}));
+    }
+  }
+  void check_tokens(const Inputs &in) const {
+    for (py::ssize_t n = 0; n < in.B * in.K; ++n) {
+      if (in.ids[n] < 0 || in.ids[n] >= embed_rows_) throw std::invalid_argument("native decoder step: a token id is out of range");
+    }
+    for (py::ssize_t b = 0; b < in.B; ++b) {
+      const long p = static_cast<long>(in.position[b]) + pos_offset_;
+      if (p < 0 || p >= position_rows_) throw std::invalid_argument("native decoder step: a position is out of range");
+    }
+  }
+  // The step's outputs (new K/V written at new_key / new_value, (B * K, L, h, d_k) each).
+  py::dict outputs(const Inputs &in, bool want_attention, bool want_log_probs, float *new_key, float *new_value,
+                   const Lists &lists) const {
+    const py::ssize_t B = in.B, K = in.K, S = in.S;
+    const int C = candidates_;
+    py::array_t<float> top_values({B, K, static_cast<py::ssize_t>(C)});
+    py::array_t<int32_t> top_ids({B, K, static_cast<py::ssize_t>(C)});
+    py::array_t<float> attention, log_probs;
+    if (want_attention) attention = py::array_t<float>({B, K, S});
+    if (want_log_probs) log_probs = py::array_t<float>({B, K, static_cast<py::ssize_t>(vocab_)});
+    Outputs out{top_values.mutable_data(), top_ids.mutable_data(), new_key, new_value,
+                want_attention ? attention.mutable_data() : nullptr, want_log_probs ? log_probs.mutable_data() : nullptr};
+    {
+      py::gil_scoped_release release;
+      compute(in, out, lists);
+    }
+    py::dict result;
+    result["top_log_probs"] = top_values;
+    result["top_ids"] = top_ids;
+    if (want_attention) result["attention"] = attention;
+    if (want_log_probs) result["log_probs"] = log_probs;
+    return result;
+  }
   struct Outputs {
     float *top_values;
     int32_t *top_ids;
@@ -315,26 +415,18 @@ class DecoderStep {
     }
   }
 
-  void compute(const Inputs &in, const Outputs &out) const {
-    const size_t B = in.B, K = in.K, T = in.T, R = in.R, S = in.S, N = B * K;
+  void compute(const Inputs &in, const Outputs &out, const Lists &lists) const {
+    const size_t B = in.B, K = in.K, R = in.R, S = in.S, N = B * K;
     const int d = d_, h = h_, dk = dk_, L = n_layers_;
     thread_local std::vector<float> x, y, qkv, mixed, tmp, hidden, logits, scores, probs, row;
     thread_local std::vector<const float *> k_rows, v_rows;
-    k_rows.resize(T + 1), v_rows.resize(T + 1);
+    size_t longest = 0;
+    for (size_t b = 0; b < B; ++b) longest = std::max(longest, lists.times[b].size());
+    k_rows.resize(longest + 1), v_rows.resize(longest + 1);
     x.resize(N * d), y.resize(N * d), qkv.resize(N * 3 * d), mixed.resize(N * d), tmp.resize(N * d);
     hidden.resize(N * d_ff_), logits.resize(N * vocab_), row.resize(vocab_);
-    scores.resize(T + 1), probs.resize(2 * S + 1);
-    // Each sentence's real past times and source positions, in order: every softmax runs over
-    // these alone, whatever the window and the padding around them.
-    thread_local std::vector<std::vector<int>> times, sources;  // their capacity kept between steps
-    if (times.size() < B) times.resize(B), sources.resize(B);
-    for (size_t b = 0; b < B; ++b) {
-      times[b].clear(), sources[b].clear();
-      for (size_t t = 0; t < T; ++t)
-        if (in.past_mask[b * T + t]) times[b].push_back(static_cast<int>(t));
-      for (size_t s = 0; s < S; ++s)
-        if (in.src_mask[b * S + s]) sources[b].push_back(static_cast<int>(s));
-    }
+    scores.resize(longest + 1), probs.resize(2 * S + 1);
+    const std::vector<std::vector<int>> &times = lists.times, &sources = lists.sources;
     // Embedding: token row * scale + position row (+ LayerNorm).
     for (size_t n = 0; n < N; ++n) {
       const float *p = positions_ + static_cast<size_t>(in.position[n / K] + pos_offset_) * d;
@@ -369,7 +461,7 @@ class DecoderStep {
         std::memcpy(out.new_key + (n * L + i) * d, k_new, sizeof(float) * d);
         std::memcpy(out.new_value + (n * L + i) * d, v_new, sizeof(float) * d);
         const std::vector<int> &ts = times[n / K];
-        const int32_t *rows = in.cache_rows + n * T;
+        const int32_t *rows = in.cache_rows + n * in.rows_stride;
         const int count = static_cast<int>(ts.size());
         for (int c = 0; c < count; ++c) {
           const size_t t = ts[c], at = (t * R + rows[t]) * row_stride + static_cast<size_t>(i) * d;
@@ -454,7 +546,12 @@ void register_decoder_step(py::module_ &module) {
       .def("run", &DecoderStep::run, py::arg("input_ids"), py::arg("position"), py::arg("past_key"),
            py::arg("past_value"), py::arg("cache_rows"), py::arg("past_mask"), py::arg("memory_keys"),
            py::arg("memory_values"), py::arg("src_mask"), py::arg("attention") = false, py::arg("log_probs") = false,
-           "One step: the decoder graph's outputs by name (attention and log_probs when asked).");
+           "One step: the decoder graph's outputs by name (attention and log_probs when asked).")
+      .def("run_pool", &DecoderStep::run_pool, py::arg("b"), py::arg("g"), py::arg("tokens"), py::arg("steps"),
+           py::arg("pool_key"), py::arg("pool_value"), py::arg("table"), py::arg("start"), py::arg("src_len"),
+           py::arg("memory_keys"), py::arg("memory_values"), py::arg("attention") = false, py::arg("log_probs") = false,
+           "The served engine's step on its own arrays: rows [0, b) at pool time g; the new K/V into the pool "
+           "and the table; returns top_log_probs, top_ids (and attention, log_probs when asked).");
 }
 
 }  // namespace nmtnative

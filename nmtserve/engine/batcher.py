@@ -228,6 +228,9 @@ class InflightBatcher:
         self.slack = pool_slack if pool_slack is not None else default_pool_slack(spec, self.max_rows, np.dtype(self._float).itemsize)
         self.arrays: ArrayBackend = getattr(runtime, "arrays", HOST)
         self.arrays.activate()
+        # The compiled step's own entry on the pools (``NativeDecoder.run_pool``): no feeds built,
+        # the new K/V written in place; ``None`` where the step is ONNX Runtime's or on a device.
+        self.pool_step = getattr(runtime, "pool_step", None) if self.arrays is HOST else None
         self.pool_time = 0  # steps the groups' cache pools hold (_reserve)
         self.g = 0  # global time of the next step
         self.pending: deque[_Request] = deque()
@@ -470,9 +473,15 @@ class InflightBatcher:
             outputs = ALIGNING_OUTPUTS if group.search.wants_attention else graphs.STEP_OUTPUTS
             if group.search.wants_log_probs:  # rare: fairseq's last step, or a sentence with terms
                 outputs = (*outputs, "log_probs")
-            feeds = self._feeds(group, t_lo)
-            out = self.runtime.run_step(feeds) if outputs is graphs.STEP_OUTPUTS else self.runtime.run_step(feeds, outputs)
-            self._store_new_kv(group, out)
+            if self.pool_step is not None:  # compiled: reads and writes the group's arrays in place
+                b, search = group.size, group.search
+                out = self.pool_step(b, self.g, search.tokens, search.t, group.past_key, group.past_value, group.table,
+                                     group.start, group.src_len, group.keys, group.values,
+                                     attention=graphs.ATTENTION in outputs, log_probs="log_probs" in outputs)
+            else:
+                feeds = self._feeds(group, t_lo)
+                out = self.runtime.run_step(feeds) if outputs is graphs.STEP_OUTPUTS else self.runtime.run_step(feeds, outputs)
+                self._store_new_kv(group, out)
             self._advance(group, out, t_lo)
             self._retire_finished(beam, group)
         self.g += 1

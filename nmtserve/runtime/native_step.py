@@ -243,6 +243,21 @@ class NativeDecoder:
             attention=graphs.ATTENTION in outputs, log_probs="log_probs" in outputs)
         return {name: out[name] for name in outputs}
 
+    def run_pool(self, b: int, g: int, tokens: np.ndarray, steps: np.ndarray, pool_key: np.ndarray,
+                 pool_value: np.ndarray, table: np.ndarray, start: np.ndarray, src_len: np.ndarray,
+                 memory_keys: Sequence[np.ndarray], memory_values: Sequence[np.ndarray],
+                 attention: bool = False, log_probs: bool = False) -> dict:
+        """The served engine's step on its own arrays, with no feeds built (``DecoderStep.run_pool``):
+        rows ``[0, b)`` of a beam-width group (``tokens`` (>= b, K) and ``steps`` (>= b,) the search's,
+        int64), each row's past the pool times ``[start, g)`` through ``table`` (rows, K, >= T) int32,
+        its source the first ``src_len`` positions of ``memory_keys`` / ``memory_values`` (per layer
+        (rows, h, d_k, S) / (rows, h, S, d_k)). The step's K/V go into ``pool_key`` / ``pool_value``
+        (T, >= b * K, L, h, d_k) at time ``g``, hypothesis ``n`` in row ``n``, and ``table[:b, :, g]``
+        records it. Returns ``top_log_probs`` and ``top_ids`` (and ``attention``, ``log_probs`` when
+        asked)."""
+        return self.step.run_pool(b, g, tokens, steps, pool_key, pool_value, table, start, src_len,
+                                  list(memory_keys), list(memory_values), attention=attention, log_probs=log_probs)
+
 
 def load(path: Path, spec: ModelSpec) -> NativeDecoder | None:
     """The compiled step for this decoder where the graph allows it and ``NMTSERVE_NATIVE_STEP`` is not ``0``."""

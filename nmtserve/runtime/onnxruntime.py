@@ -116,6 +116,8 @@ class OnnxModel:
         # would hold the weights a second time).
         self.native_step = (native_step.load(decoder, spec) if native and providers == ["CPUExecutionProvider"]
                             else None)
+        # The served engine's step on its own pools (no feeds, the new K/V written in place), when compiled.
+        self.pool_step = self.native_step.run_pool if self.native_step is not None else None
         self._decoder_args = (str(decoder), threads, providers)
         self._decoder = None if self.native_step else self._new_decoder_session()
         release_mapped_weights((encoder, decoder))
