@@ -332,7 +332,7 @@ def test_the_engines_step_on_its_pools_equals_the_step_on_feeds(demo_repository,
             engine.pool_step = None
         answers: list = [None] * len(requests)
         for i, (src, options, extra) in enumerate(requests):
-            engine.submit(src, options, lambda r, e, i=i: answers.__setitem__(i, r if e is None else e), **extra)
+            engine.submit(src, options, lambda r, e, i=i, answers=answers: answers.__setitem__(i, r if e is None else e), **extra)
         engine.start()
         try:
             deadline = time.monotonic() + 300
