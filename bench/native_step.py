@@ -19,6 +19,11 @@ differently: float32 noise can flip a near tie, more often with random weights).
 
 ``step_us``: the decoder call alone, on feeds captured from the first rounds (the last
 one-sentence step and the last step of the largest batch), ``--calls`` calls each way, alternating.
+
+``--against one-thread``: the compiled step in both, lending idle cores (native/src/team.h: a lone
+step shares its products with ``nmtserve_native.step_threads()`` threads) against one thread
+(``set_step_threads(1)``); the keys then read ``seconds_shared`` / ``seconds_one_thread`` and
+``one_thread_over_shared``. The engine has one decode loop here, so every step is a lone step.
 """
 
 from __future__ import annotations
@@ -47,11 +52,12 @@ from step_profile import (  # noqa: E402
 def main() -> None:
     parser = alternating_parser(__doc__)
     parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--against", choices=("onnxruntime", "one-thread"), default="onnxruntime")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     from nmtserve.decoding.search import SearchOptions
 
-    report: dict = {"cpu_flags": _cpu_flags(), "beam": BEAM, "max_new_tokens": MAX_NEW}
+    report: dict = {"cpu_flags": _cpu_flags(), "beam": BEAM, "max_new_tokens": MAX_NEW, "against": args.against}
     options = SearchOptions(beam_size=BEAM, max_length=MAX_NEW)
     with tempfile.TemporaryDirectory(prefix="nmtserve-native-step-") as name:
         tmp = Path(name)
@@ -91,6 +97,19 @@ def _one(args, model_dir: Path, texts: list[str], tmp: Path, precision: str, opt
     model.run_step = keep
     engine = InflightBatcher(model, max_sentences=args.batch, max_beam=BEAM).start()
     entry: dict = {"kernels": compiled.kernels}
+    from nmtserve.decoding import native as native_module
+
+    threads = native_module.module.step_threads()
+    entry["step_threads"] = threads
+    team = args.against == "one-thread"
+    names = ("shared", "one_thread") if team else ("native", "onnxruntime")
+
+    def use(first: bool) -> None:  # the round's path: first = compiled (shared), else ORT (one thread)
+        if team:
+            native_module.module.set_step_threads(threads if first else 1)
+            return
+        model.native_step = compiled if first else None
+        engine.pool_step = compiled.run_pool if first else None
     try:
         engine.translate(ids[: args.batch], options, timeout=600)  # warm-up
         for load in ("one", "bulk"):
@@ -98,7 +117,7 @@ def _one(args, model_dir: Path, texts: list[str], tmp: Path, precision: str, opt
             results: dict[bool, list] = {}
             for _ in range(args.rounds):
                 for native in (True, False):
-                    model.native_step = compiled if native else None
+                    use(native)
                     start = time.perf_counter()
                     if load == "one":
                         out = [engine.translate([s], options, timeout=600)[0] for s in ids[: args.one]]
@@ -108,13 +127,14 @@ def _one(args, model_dir: Path, texts: list[str], tmp: Path, precision: str, opt
                     seconds[native].append(time.perf_counter() - start)
                     results[native] = [r[0].tokens for r in out]
             entry[load] = {
-                "seconds_native": [round(s, 3) for s in seconds[True]],
-                "seconds_onnxruntime": [round(s, 3) for s in seconds[False]],
-                "onnxruntime_over_native": [round(o / n, 3) for n, o in zip(seconds[True], seconds[False], strict=True)],
+                f"seconds_{names[0]}": [round(s, 3) for s in seconds[True]],
+                f"seconds_{names[1]}": [round(s, 3) for s in seconds[False]],
+                f"{names[1]}_over_{names[0]}": [round(o / n, 3) for n, o in zip(seconds[True], seconds[False], strict=True)],
                 "same_best": f"{sum(a == b for a, b in zip(results[True], results[False], strict=True))}/{len(results[True])}",
             }
     finally:
         engine.stop()
+        use(True)
     model.run_step = run_step
     step_us: dict = {}
     for key, label in ((1, "one sentence"), (0, "full batch")):
@@ -123,14 +143,15 @@ def _one(args, model_dir: Path, texts: list[str], tmp: Path, precision: str, opt
             continue
         times: dict[bool, float] = {True: 0.0, False: 0.0}
         for native in (True, False, True, False):
-            model.native_step = compiled if native else None
+            use(native)
             start = time.perf_counter()
             for _ in range(args.calls // 2):
                 model.run_step(feeds)
             times[native] += time.perf_counter() - start
         step_us[label] = {"rows": int(feeds["input_ids"].size), "past": int(feeds["past_key"].shape[0]),
-                          "native": round(1e6 * times[True] / args.calls, 1),
-                          "onnxruntime": round(1e6 * times[False] / args.calls, 1)}
+                          names[0]: round(1e6 * times[True] / args.calls, 1),
+                          names[1]: round(1e6 * times[False] / args.calls, 1)}
+        use(True)
     entry["step_us"] = step_us
     print(f"{model_dir.name}/{precision}", json.dumps(entry), flush=True)
     return entry

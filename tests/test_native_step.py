@@ -102,6 +102,32 @@ def test_a_sentence_gives_the_same_bits_alone_and_in_any_batch(tmp_path, precisi
             np.testing.assert_array_equal(got, alone[name][0], err_msg=f"{name} (trial {trial})")
 
 
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_a_step_shared_with_idle_cores_gives_the_same_bits(tmp_path, precision):
+    """A lone step lends idle cores its products' columns and its rows' log-softmax (native/src/team.h):
+    every value is computed by the same code in the same order whichever thread runs it, so a step
+    shared or not gives the same bits; and where the process has two cores the helper does take chunks."""
+    model = _model(d_model=64, d_ff=128, tgt_vocab_size=3000, src_vocab_size=3000)
+    path = build_cpu_decoder(model, tmp_path / "decoder.onnx")
+    step = native_step.NativeDecoder(_int8(model, path) if precision == "int8" else path, _spec(model))
+    feeds = _feeds(model, 4, 3, 6, 7, seed=3)
+    module = native.module
+    threads = module.step_threads()
+    try:
+        module.set_step_threads(1)
+        alone = step.run_step(feeds, ALL)
+        module.set_step_threads(2)
+        before = module.step_chunks_helped()
+        for _ in range(50):  # the helper wakes for the first and spins between the next
+            shared = step.run_step(feeds, ALL)
+            for name in ALL:
+                np.testing.assert_array_equal(shared[name], alone[name], err_msg=name)
+        if len(os.sched_getaffinity(0)) >= 2:
+            assert module.step_chunks_helped() > before, "the helper never took a chunk"
+    finally:
+        module.set_step_threads(threads)
+
+
 def _int8(model, path: Path, keep=()) -> Path:
     """The fused graph quantized as `nmtserve export --precision int8` does (vocabulary tables too)."""
     c = model.config

@@ -34,6 +34,7 @@
 
 #include "int8.h"
 #include "kernels.h"
+#include "team.h"
 
 namespace py = pybind11;
 
@@ -383,9 +384,21 @@ class DecoderStep {
 
   // y (M, N) = x (M, K) @ W + bias, in fp32 (gemm_nn) or int8 (the rows quantized as the int8
   // graph does: scale = max(max|x|, 1e-30) / 127, codes = round-half-even(x / scale) + 128).
-  void apply(const Linear &l, const float *x, size_t M, float *y) const {
+  // A product's output columns go to the step's threads by whole panels (team.h) when it shares.
+  void apply(const Linear &l, const float *x, size_t M, float *y, const Team::Step &ts) const {
+    const int panel = l.w8 ? i8_.panel : k_.panel, panels = (l.N + panel - 1) / panel;
+    const int chunks = ts.shared() && M * l.K * l.N >= kShareWork ? std::min(panels, kChunksPerThread * (team_.helpers() + 1)) : 1;
+    const int N = l.N, Mi = static_cast<int>(M);
+    auto columns = [panel, panels, chunks, N](int c, int &begin, int &end) {
+      begin = c * panels / chunks * panel;
+      end = std::min(N, (c + 1) * panels / chunks * panel);
+    };
     if (!l.w8) {
-      k_.gemm_nn(x, static_cast<int>(M), l.K, l.w, l.N, l.bias, y);
+      team_.parallel_for(ts, chunks, [&, x, y](int c) {
+        int begin, end;
+        columns(c, begin, end);
+        k_.gemm_nn(x, Mi, l.K, l.w, N, l.bias, y, begin, end);
+      });
       return;
     }
     thread_local std::vector<uint8_t> codes;
@@ -395,13 +408,19 @@ class DecoderStep {
     codes.assign(M * stride, 128);
     scales.resize(M);
     for (size_t m = 0; m < M; ++m) i8_.quantize(x + m * l.K, l.K, codes.data() + m * stride, &scales[m]);
-    i8_.gemm(codes.data(), scales.data(), static_cast<int>(M), quads, l.w8, l.colsum128, l.scale, l.N, l.bias, y);
+    const uint8_t *a = codes.data();  // this thread's buffers, named before a helper runs the lambda
+    const float *row_scale = scales.data();
+    team_.parallel_for(ts, chunks, [&, a, row_scale, y](int c) {
+      int begin, end;
+      columns(c, begin, end);
+      i8_.gemm(a, row_scale, Mi, quads, l.w8, l.colsum128, l.scale, N, l.bias, y, begin, end);
+    });
   }
 
   void residual(const float *out, const Linear &l, size_t N, float *x, float *y, const Norm &norm,
-                std::vector<float> &tmp) const {
+                std::vector<float> &tmp, const Team::Step &ts) const {
     // x + out @ w + bias, then the norm: post-norm x = y = LN(sum); pre-norm x = sum, y = LN(sum).
-    apply(l, out, N, tmp.data());
+    apply(l, out, N, tmp.data(), ts);
     for (size_t n = 0; n < N; ++n) {
       float *t = tmp.data() + n * d_;
       float *xn = x + n * d_;
@@ -416,6 +435,7 @@ class DecoderStep {
   }
 
   void compute(const Inputs &in, const Outputs &out, const Lists &lists) const {
+    const Team::Step ts(team_);  // counted while it runs; shares its products when no other step runs
     const size_t B = in.B, K = in.K, R = in.R, S = in.S, N = B * K;
     const int d = d_, h = h_, dk = dk_, L = n_layers_;
     thread_local std::vector<float> x, y, qkv, mixed, tmp, hidden, logits, scores, probs, row;
@@ -455,7 +475,7 @@ class DecoderStep {
     for (int i = 0; i < L; ++i) {
       const Layer &l = layers_[i];
       // Self-attention: Q (scaled), K, V of the new token in one product.
-      apply(l.qkv, y.data(), N, qkv.data());
+      apply(l.qkv, y.data(), N, qkv.data(), ts);
       for (size_t n = 0; n < N; ++n) {
         const float *q = qkv.data() + n * 3 * d, *k_new = q + d, *v_new = q + 2 * d;
         std::memcpy(out.new_key + (n * L + i) * d, k_new, sizeof(float) * d);
@@ -470,9 +490,9 @@ class DecoderStep {
         }
         k_.self_attention(q, k_rows.data(), v_rows.data(), count, k_new, v_new, h, dk, scores.data(), mixed.data() + n * d);
       }
-      residual(mixed.data(), l.self_out, N, x.data(), y.data(), l.self_norm, tmp);
+      residual(mixed.data(), l.self_out, N, x.data(), y.data(), l.self_norm, tmp, ts);
       // Cross-attention over the sentence's source (keys (h, d_k, S), values (h, S, d_k)).
-      apply(l.cross_q, y.data(), N, qkv.data());
+      apply(l.cross_q, y.data(), N, qkv.data(), ts);
       const bool aligning = out.attention && i == align_layer_;
       for (size_t n = 0; n < N; ++n) {
         const size_t b = n / K;
@@ -482,9 +502,9 @@ class DecoderStep {
                            static_cast<int>(S), sources[b].data(), static_cast<int>(sources[b].size()), h, dk,
                            probs.data(), mixed.data() + n * d, align);
       }
-      residual(mixed.data(), l.cross_out, N, x.data(), y.data(), l.cross_norm, tmp);
+      residual(mixed.data(), l.cross_out, N, x.data(), y.data(), l.cross_norm, tmp, ts);
       // Feed-forward.
-      apply(l.fc1, y.data(), N, hidden.data());
+      apply(l.fc1, y.data(), N, hidden.data(), ts);
       if (activation_ == kRelu) {
         k_.relu(hidden.data(), static_cast<int>(N * d_ff_));
       } else if (activation_ == kSwish) {
@@ -492,17 +512,25 @@ class DecoderStep {
       } else {
         for (size_t c = 0; c < N * d_ff_; ++c) hidden[c] = 0.5f * hidden[c] * (1.f + std::erf(hidden[c] * 0.70710678118654752f));
       }
-      residual(hidden.data(), l.fc2, N, x.data(), y.data(), l.ffn_norm, tmp);
+      residual(hidden.data(), l.fc2, N, x.data(), y.data(), l.ffn_norm, tmp, ts);
     }
     if (final_norm_) {
       for (size_t n = 0; n < N; ++n) k_.layer_norm(y.data() + n * d, d, final_norm_->w, final_norm_->b, final_norm_->eps, y.data() + n * d);
     }
-    apply(generator_, y.data(), N, logits.data());
-    for (size_t n = 0; n < N; ++n) {
-      k_.log_softmax_top(logits.data() + n * vocab_, logits_mask_, vocab_, candidates_,
-                         out.log_probs ? out.log_probs + n * vocab_ : row.data(), out.top_values + n * candidates_,
-                         out.top_ids + n * candidates_);
-    }
+    apply(generator_, y.data(), N, logits.data(), ts);
+    // Each row's log-softmax and top-k; rows go to the step's threads when it shares (each chunk
+    // its own scratch row where the full log-probs are not an output).
+    const int chunks = ts.shared() && N * vocab_ >= kShareWork ? std::min<int>(N, kChunksPerThread * (team_.helpers() + 1)) : 1;
+    row.resize(static_cast<size_t>(chunks) * vocab_);
+    const float *all_logits = logits.data();
+    float *scratch = row.data();
+    team_.parallel_for(ts, chunks, [&, all_logits, scratch](int c) {
+      for (size_t n = c * N / chunks; n < (c + 1) * N / chunks; ++n) {
+        k_.log_softmax_top(all_logits + n * vocab_, logits_mask_, vocab_, candidates_,
+                           out.log_probs ? out.log_probs + n * vocab_ : scratch + static_cast<size_t>(c) * vocab_,
+                           out.top_values + n * candidates_, out.top_ids + n * candidates_);
+      }
+    });
   }
 
   // W (K, N) int8, element (k, n) at w[k * k_stride + n * n_stride], packed for the int8 kernels.
@@ -516,8 +544,13 @@ class DecoderStep {
     return packed8_.back().data();
   }
 
+  // A product or a set of rows is shared out from this much work (multiply-adds, or rows x vocabulary),
+  // in up to kChunksPerThread chunks per thread (a late helper then leaves less to the caller).
+  static constexpr size_t kShareWork = 32768;
+  static constexpr int kChunksPerThread = 2;
   const Kernels &k_;
   const Int8Kernels &i8_;
+  Team &team_ = Team::team();
   bool uses_int8_ = false;
   std::vector<py::array> keep_;  // the weights' arrays read in place (norms, tables, biases)
   std::deque<std::vector<float>> packed_;  // the products' weights, packed (kernels.h pack_nn)
@@ -539,6 +572,15 @@ class DecoderStep {
 void register_decoder_step(py::module_ &module) {
   module.def("kernels", [] { return std::string(kernels().name); },
              "The instruction set the decoder step's kernels were chosen for on this CPU.");
+  module.def("step_threads", [] { return Team::team().helpers() + 1; },
+             "Threads a decoder step may use when no other step runs (NMTSERVE_NATIVE_STEP_THREADS; team.h).");
+  module.def("set_step_threads", [](int threads) { Team::team().set_helpers(threads - 1); }, py::arg("threads"),
+             "Set the threads a lone decoder step may use (1: never share); call with no step running.");
+  module.def("engage", [](int delta) { Team::team().engage(delta); }, py::arg("delta"),
+             "A decode loop has sentences (+1) or is idle again (-1): a step lends idle cores only while "
+             "no other loop is busy (team.h).");
+  module.def("step_chunks_helped", [] { return Team::team().helped(); },
+             "Chunks of decoder steps that helper threads ran since the module loaded.");
   py::class_<DecoderStep>(module, "DecoderStep",
                           "The fused CPU decoder graph's step in compiled code, from its weights (batch-invariant).")
       .def(py::init<const py::dict &, const py::dict &>(), py::arg("config"), py::arg("weights"))

@@ -21,9 +21,10 @@ struct Int8Kernels {
   int panel;  // columns of a packed panel (pack_int8)
   // y (M, N) from the rows' uint8 codes a (M, 4 * quads: zero point 128, padded with 128), their
   // scales, W packed by pack_int8 (with colsum128: 128 x each column's code sum, for kernels that
-  // multiply the unsigned codes), the columns' scales and an optional bias.
+  // multiply the unsigned codes), the columns' scales and an optional bias. Only the columns
+  // [n_begin, n_end) (n_begin a multiple of ``panel``, n_end one or N): a step's threads' shares.
   void (*gemm)(const uint8_t *a, const float *row_scale, int M, int quads, const int8_t *w, const int32_t *colsum128,
-               const float *col_scale, int N, const float *bias, float *y);
+               const float *col_scale, int N, const float *bias, float *y, int n_begin, int n_end);
   // One row x (K) as the graph quantizes it: *scale = max(max|x|, 1e-30) / 127, codes (K) =
   // round-half-even(x / scale) + 128, saturated to [0, 255] (IEEE division, the default rounding:
   // the same codes from every kernel).

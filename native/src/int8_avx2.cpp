@@ -54,8 +54,8 @@ inline void block(const uint8_t *a, const float *row_scale, int quads, const int
 }
 
 void gemm(const uint8_t *a, const float *row_scale, int M, int quads, const int8_t *w, const int32_t *,
-          const float *col_scale, int N, const float *bias, float *y) {
-  for (int n0 = 0; n0 < N; n0 += kPanel) {
+          const float *col_scale, int N, const float *bias, float *y, int n_begin, int n_end) {
+  for (int n0 = n_begin; n0 < n_end; n0 += kPanel) {
     const int8_t *panel = w + static_cast<size_t>(n0) * 4 * quads;
     int m = 0;
     for (; m + 2 <= M; m += 2) block<2>(a, row_scale, quads, panel, col_scale, N, bias, y, m, n0);

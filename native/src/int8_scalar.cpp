@@ -12,9 +12,9 @@ namespace {
 constexpr int kPanel = 4;
 
 void gemm(const uint8_t *a, const float *row_scale, int M, int quads, const int8_t *w, const int32_t *,
-          const float *col_scale, int N, const float *bias, float *y) {
+          const float *col_scale, int N, const float *bias, float *y, int n_begin, int n_end) {
   const size_t stride = static_cast<size_t>(quads) * 4;
-  for (int n0 = 0; n0 < N; n0 += kPanel) {
+  for (int n0 = n_begin; n0 < n_end; n0 += kPanel) {
     const int8_t *panel = w + static_cast<size_t>(n0) * 4 * quads;
     for (int m = 0; m < M; ++m) {
       const uint8_t *row = a + m * stride;

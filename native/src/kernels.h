@@ -18,8 +18,10 @@ struct Kernels {
   // contiguous, so a product streams its weights in order; out: ceil(N / panel) * panel * K floats.
   void (*pack_nn)(const float *w, int K, int N, float *out);
   // y (M, N) = x (M, K) @ w (K, N) [+ bias (N)], w packed by pack_nn; each y[m][n] one FMA chain
-  // over k in order.
-  void (*gemm_nn)(const float *x, int M, int K, const float *w, int N, const float *bias, float *y);
+  // over k in order. Only the columns [n_begin, n_end) (n_begin a multiple of ``panel``, n_end one
+  // or N): a step's threads each take a share of the panels (team.h), each column computed alike.
+  void (*gemm_nn)(const float *x, int M, int K, const float *w, int N, const float *bias, float *y, int n_begin,
+                  int n_end);
   float (*dot)(const float *a, const float *b, int n);
   void (*axpy)(float a, const float *x, float *y, int n);  // y += a * x
   float (*max)(const float *x, int n);

@@ -58,8 +58,9 @@ struct Impl {
     }
   }
 
-  static void gemm_nn(const float *x, int M, int K, const float *w, int N, const float *bias, float *y) {
-    for (int n0 = 0; n0 < N; n0 += NB) {  // a panel stays in cache while every row passes
+  static void gemm_nn(const float *x, int M, int K, const float *w, int N, const float *bias, float *y, int n_begin,
+                      int n_end) {
+    for (int n0 = n_begin; n0 < n_end; n0 += NB) {  // a panel stays in cache while every row passes
       const float *panel = w + static_cast<size_t>(n0) * K;
       int m = 0;
       for (; m + 4 <= M; m += 4) nn_block<4>(x, K, panel, N, bias, y, m, n0);

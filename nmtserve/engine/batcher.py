@@ -310,13 +310,20 @@ class InflightBatcher:
     # ---- the loop -----------------------------------------------------------------
     def _loop(self) -> None:
         self.arrays.activate()  # CUDA device and stream are per thread
+        engaged = False  # told the compiled step this loop has work (it lends idle cores only to a lone loop)
         while True:
             with self._cond:
+                if engaged and not self.pending and not self.running:
+                    engaged = _engage(-1)
                 while not self._stopping and not self.pending and not self.running:
                     self._cond.wait()
                 if self._stopping:
+                    if engaged:
+                        _engage(-1)
                     self._fail_all(EngineStopped("the decoding engine is shutting down"))
                     return
+            if not engaged:
+                engaged = _engage(+1)
             try:
                 self._admit()
                 if self.running:
@@ -550,6 +557,14 @@ class InflightBatcher:
             self.stats["requests"] += 1
             self.stats["request_seconds"] += time.monotonic() - request.queued_at
             request.callback(request.results, None)  # type: ignore[arg-type]
+
+
+def _engage(delta: int) -> bool:
+    """Tell the compiled step a decode loop has work (+1) or is idle again (-1) (native/src/team.h:
+    a lone loop's steps borrow the idle cores); returns whether the loop now counts as engaged."""
+    if native.module is not None and hasattr(native.module, "engage"):
+        native.module.engage(delta)
+    return delta > 0
 
 
 class _Group:
