@@ -176,8 +176,9 @@ def test_int8_graphs_with_groups_kept_in_fp32(tmp_path, keep):
 
 
 def test_every_int8_kernel_gives_the_same_bits(tmp_path):
-    """The int8 products sum in int32, exactly: the AVX-512 VNNI, AVX2 and portable kernels (each
-    forced in its own process where this CPU has it) give the same bits as the one chosen here."""
+    """The int8 products sum in int32, exactly: the AMX, AVX-512 VNNI, AVX2 and portable kernels (each
+    forced in its own process where this CPU has it; AMX is chosen where the CPU and Linux allow it)
+    give the same bits as the one chosen here."""
     import subprocess
     import sys
 
@@ -192,7 +193,7 @@ def test_every_int8_kernel_gives_the_same_bits(tmp_path):
         f"out = step.run_step(feeds, {ALL!r})\n"
         "np.savez(sys.argv[3], **out); print(step.kernels)\n")
     results = {}
-    for forced in ("", "avx2", "scalar"):
+    for forced in ("", "avx512-vnni", "avx2", "scalar"):
         out = tmp_path / f"out-{forced or 'chosen'}.npz"
         env = {**os.environ, "NMTSERVE_NATIVE_INT8_KERNELS": forced}
         done = subprocess.run([sys.executable, "-c", script, str(path), str(tmp_path / "feeds.npz"), str(out)],

@@ -403,9 +403,9 @@ class DecoderStep {
     }
     thread_local std::vector<uint8_t> codes;
     thread_local std::vector<float> scales;
-    const int quads = (l.K + 3) / 4;
+    const int quads = int8_quads(l.K, i8_.quad_align);
     const size_t stride = static_cast<size_t>(quads) * 4;
-    codes.assign(M * stride, 128);
+    codes.assign((M + i8_.row_align - 1) / i8_.row_align * i8_.row_align * stride, 128);
     scales.resize(M);
     for (size_t m = 0; m < M; ++m) i8_.quantize(x + m * l.K, l.K, codes.data() + m * stride, &scales[m]);
     const uint8_t *a = codes.data();  // this thread's buffers, named before a helper runs the lambda
@@ -537,9 +537,9 @@ class DecoderStep {
   const int8_t *int8_pack(const int8_t *w, int K, int N, std::ptrdiff_t k_stride, std::ptrdiff_t n_stride,
                           const int32_t *&colsum128) {
     const size_t panels = (static_cast<size_t>(N) + i8_.panel - 1) / i8_.panel;
-    packed8_.emplace_back(panels * i8_.panel * 4 * static_cast<size_t>((K + 3) / 4));
+    packed8_.emplace_back(panels * i8_.panel * 4 * static_cast<size_t>(int8_quads(K, i8_.quad_align)));
     colsums_.emplace_back(N);
-    pack_int8(w, K, N, k_stride, n_stride, i8_.panel, packed8_.back().data(), colsums_.back().data());
+    pack_int8(w, K, N, k_stride, n_stride, i8_.panel, i8_.quad_align, packed8_.back().data(), colsums_.back().data());
     colsum128 = colsums_.back().data();
     return packed8_.back().data();
   }

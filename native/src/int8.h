@@ -18,7 +18,9 @@ namespace nmtnative {
 
 struct Int8Kernels {
   const char *name;
-  int panel;  // columns of a packed panel (pack_int8)
+  int panel;       // columns of a packed panel (pack_int8)
+  int quad_align;  // the rows' codes and the panels' quads padded to a multiple of this many quads (4 k each)
+  int row_align;   // the rows' codes padded to a multiple of this many rows (code 128; not stored)
   // y (M, N) from the rows' uint8 codes a (M, 4 * quads: zero point 128, padded with 128), their
   // scales, W packed by pack_int8 (with colsum128: 128 x each column's code sum, for kernels that
   // multiply the unsigned codes), the columns' scales and an optional bias. Only the columns
@@ -39,12 +41,16 @@ inline uint8_t int8_code(float x, float scale) {
   return static_cast<uint8_t>(std::min(255.f, std::max(0.f, q)));
 }
 
+// The quads (groups of 4 k) a row of K codes takes for kernels padding them to quad_align.
+inline int int8_quads(int K, int quad_align) { return ((K + 3) / 4 + quad_align - 1) / quad_align * quad_align; }
+
 // W's codes, element (k, n) at w[k * k_stride + n * n_stride], into panels of ``panel`` columns:
 // for each panel, for each group of 4 k, the panel's columns' 4 codes in a row (zero past K and
-// N); out: ceil(N / panel) * panel * 4 * quads bytes; colsum128 (N): 128 x the column's sum.
+// N); out: ceil(N / panel) * panel * 4 * int8_quads(K, quad_align) bytes; colsum128 (N): 128 x
+// the column's sum.
 inline void pack_int8(const int8_t *w, int K, int N, std::ptrdiff_t k_stride, std::ptrdiff_t n_stride, int panel,
-                      int8_t *out, int32_t *colsum128) {
-  const int quads = (K + 3) / 4;
+                      int quad_align, int8_t *out, int32_t *colsum128) {
+  const int quads = int8_quads(K, quad_align);
   for (int n0 = 0; n0 < N; n0 += panel)
     for (int q = 0; q < quads; ++q)
       for (int j = 0; j < panel; ++j)
@@ -63,5 +69,7 @@ const Int8Kernels &int8_kernels();
 Int8Kernels int8_vnni();
 Int8Kernels int8_avx2();
 Int8Kernels int8_scalar();
+Int8Kernels int8_amx(const Int8Kernels &vnni);
+bool amx_permitted();  // asks Linux for the tile data state (once per process is enough)
 
 }  // namespace nmtnative

@@ -89,6 +89,6 @@ void quantize(const float *x, int K, uint8_t *codes, float *scale) {
 
 }  // namespace
 
-Int8Kernels int8_avx2() { return Int8Kernels{"avx2", kPanel, gemm, quantize}; }
+Int8Kernels int8_avx2() { return Int8Kernels{"avx2", kPanel, 1, 1, gemm, quantize}; }
 
 }  // namespace nmtnative

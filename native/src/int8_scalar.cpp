@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <cpuid.h>
+
 #include "int8.h"
 
 namespace nmtnative {
@@ -42,7 +44,7 @@ void quantize(const float *x, int K, uint8_t *codes, float *scale) {
 
 }  // namespace
 
-Int8Kernels int8_scalar() { return Int8Kernels{"scalar", kPanel, gemm, quantize}; }
+Int8Kernels int8_scalar() { return Int8Kernels{"scalar", kPanel, 1, 1, gemm, quantize}; }
 
 const Int8Kernels &int8_kernels() {
   static const Int8Kernels chosen = [] {
@@ -51,8 +53,12 @@ const Int8Kernels &int8_kernels() {
     const bool vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vnni");
     const bool avx2 = __builtin_cpu_supports("avx2");
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool amx_cpu = vnni && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx >> 24 & 1) && (edx >> 25 & 1);
     if (forced && std::strcmp(forced, "scalar") == 0) return int8_scalar();
     if (forced && std::strcmp(forced, "avx2") == 0 && avx2) return int8_avx2();
+    if (forced && std::strcmp(forced, "avx512-vnni") == 0 && vnni) return int8_vnni();
+    if (amx_cpu && amx_permitted()) return int8_amx(int8_vnni());  // AMX-TILE and AMX-INT8 (CPUID 7: EDX 24, 25)
     if (vnni) return int8_vnni();
     if (avx2) return int8_avx2();
     return int8_scalar();

@@ -75,6 +75,6 @@ void quantize(const float *x, int K, uint8_t *codes, float *scale) {
 
 }  // namespace
 
-Int8Kernels int8_vnni() { return Int8Kernels{"avx512-vnni", kPanel, gemm, quantize}; }
+Int8Kernels int8_vnni() { return Int8Kernels{"avx512-vnni", kPanel, 1, 1, gemm, quantize}; }
 
 }  // namespace nmtnative
