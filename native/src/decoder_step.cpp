@@ -387,7 +387,8 @@ class DecoderStep {
   // A product's output columns go to the step's threads by whole panels (team.h) when it shares.
   void apply(const Linear &l, const float *x, size_t M, float *y, const Team::Step &ts) const {
     const int panel = l.w8 ? i8_.panel : k_.panel, panels = (l.N + panel - 1) / panel;
-    const int chunks = ts.shared() && M * l.K * l.N >= kShareWork ? std::min(panels, kChunksPerThread * (team_.helpers() + 1)) : 1;
+    const size_t work = M * l.K * l.N, enough = !l.w8 ? kShareWork : i8_.row_align > 1 ? SIZE_MAX : kShareWork8;
+    const int chunks = ts.shared() && work >= enough ? std::min(panels, kChunksPerThread * (team_.helpers() + 1)) : 1;
     const int N = l.N, Mi = static_cast<int>(M);
     auto columns = [panel, panels, chunks, N](int c, int &begin, int &end) {
       begin = c * panels / chunks * panel;
@@ -445,7 +446,7 @@ class DecoderStep {
     k_rows.resize(longest + 1), v_rows.resize(longest + 1);
     x.resize(N * d), y.resize(N * d), qkv.resize(N * 3 * d), mixed.resize(N * d), tmp.resize(N * d);
     hidden.resize(N * d_ff_), logits.resize(N * vocab_), row.resize(vocab_);
-    scores.resize(longest + 1), probs.resize(2 * S + 1);
+    scores.resize(longest + 1), probs.resize((K + 1) * S + 1);
     const std::vector<std::vector<int>> &times = lists.times, &sources = lists.sources;
     // Embedding: token row * scale + position row (+ LayerNorm).
     for (size_t n = 0; n < N; ++n) {
@@ -494,13 +495,12 @@ class DecoderStep {
       // Cross-attention over the sentence's source (keys (h, d_k, S), values (h, S, d_k)).
       apply(l.cross_q, y.data(), N, qkv.data(), ts);
       const bool aligning = out.attention && i == align_layer_;
-      for (size_t n = 0; n < N; ++n) {
-        const size_t b = n / K;
-        float *align = aligning ? out.attention + n * S : nullptr;
-        if (align) std::fill(align, align + S, 0.f);
-        k_.cross_attention(qkv.data() + n * d, in.memory_keys[i] + b * h * dk * S, in.memory_values[i] + b * h * S * dk,
-                           static_cast<int>(S), sources[b].data(), static_cast<int>(sources[b].size()), h, dk,
-                           probs.data(), mixed.data() + n * d, align);
+      for (size_t b = 0; b < B; ++b) {  // a sentence's hypotheses together (its source's keys read once)
+        float *align = aligning ? out.attention + b * K * S : nullptr;
+        if (align) std::fill(align, align + K * S, 0.f);
+        k_.cross_attention(qkv.data() + b * K * d, static_cast<int>(K), in.memory_keys[i] + b * h * dk * S,
+                           in.memory_values[i] + b * h * S * dk, static_cast<int>(S), sources[b].data(),
+                           static_cast<int>(sources[b].size()), h, dk, probs.data(), mixed.data() + b * K * d, align);
       }
       residual(mixed.data(), l.cross_out, N, x.data(), y.data(), l.cross_norm, tmp, ts);
       // Feed-forward.
@@ -547,6 +547,10 @@ class DecoderStep {
   // A product or a set of rows is shared out from this much work (multiply-adds, or rows x vocabulary),
   // in up to kChunksPerThread chunks per thread (a late helper then leaves less to the caller).
   static constexpr size_t kShareWork = 32768;
+  // int8 products cost a fraction of fp32's a multiply-add (VNNI 4x): shared from more work. AMX
+  // products are not shared: measured slower shared on this project's 2-core Xeon (demo, 32 rows:
+  // 500 us a step alone, 625 shared; VNNI 700 -> 650), where the two cores' tile units may be one.
+  static constexpr size_t kShareWork8 = 16 * kShareWork;
   static constexpr int kChunksPerThread = 2;
   const Kernels &k_;
   const Int8Kernels &i8_;

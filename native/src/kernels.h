@@ -35,16 +35,17 @@ struct Kernels {
   // work: count + 1 floats.
   void (*self_attention)(const float *q, const float *const *k_rows, const float *const *v_rows, int count,
                          const float *k_new, const float *v_new, int h, int dk, float *work, float *out);
-  // One hypothesis' cross-attention, every head: keys (h, dk, S), values (h, S, dk), the source's
-  // real positions pos[count] in order; out (h * dk); align (S, or null) += each head's probs / h.
-  // work: 2 * S floats.
+  // The cross-attention of nq hypotheses of one sentence (queries q (nq, h * dk)), every head:
+  // keys (h, dk, S), values (h, S, dk), the source's real positions pos[count] in order; out
+  // (nq, h * dk); align (nq, S, or null) += each head's probs / h. work: (nq + 1) * S floats. Each
+  // hypothesis' values are the bits it gets alone.
   // A row's log-softmax over V logits plus the mask (as the graph: LogSoftmax, then Add), into
   // log_probs (V floats, the output or scratch), and its best C, highest first, equal values by the
   // lower id (TopK's order).
   void (*log_softmax_top)(const float *logits, const float *mask, int V, int C, float *log_probs, float *values,
                           int *ids);
-  void (*cross_attention)(const float *q, const float *keys, const float *values, int S, const int *pos, int count,
-                          int h, int dk, float *work, float *out, float *align);
+  void (*cross_attention)(const float *q, int nq, const float *keys, const float *values, int S, const int *pos,
+                          int count, int h, int dk, float *work, float *out, float *align);
 };
 
 const Kernels &kernels();

@@ -174,28 +174,55 @@ struct Impl {
     }
   }
 
-  static void cross_attention(const float *q, const float *keys, const float *values, int S, const int *pos, int count,
-                              int h, int dk, float *work, float *out, float *align) {
-    float *full = work + S;
+  // nq queries of one sentence (its beams: rows of h * dk), every head, against its source. The
+  // scores are register-blocked (up to 4 queries and 16 positions at once, each key vector loaded
+  // once for them), each score still one FMA chain over d_k in order from 0: the bits of one query
+  // alone (the attention of a row does not depend on the rows beside it).
+  static void cross_attention(const float *q, int nq, const float *keys, const float *values, int S, const int *pos,
+                              int count, int h, int dk, float *work, float *out, float *align) {
+    const int d = h * dk;
+    float *gathered = work + static_cast<size_t>(nq) * S;
     for (int j = 0; j < h; ++j) {
       const int head = j * dk;
       const float *kj = keys + static_cast<size_t>(j) * dk * S, *vj = values + static_cast<size_t>(j) * S * dk;
-      for (int s = 0; s < S; ++s) full[s] = 0.f;
-      for (int c = 0; c < dk; ++c) axpy(q[head + c], kj + static_cast<size_t>(c) * S, full, S);  // chains over d_k, in order
-      for (int c = 0; c < count; ++c) work[c] = full[pos[c]];
-      float *o = out + head;
-      for (int e = 0; e < dk; ++e) o[e] = 0.f;
-      if (count == 0) continue;
-      const float top = max(work, count);
-      const float total = exp_shifted(work, count, top, work);
-      for (int c = 0; c < count; ++c) {
-        const float p = work[c] / total;
-        axpy(p, vj + static_cast<size_t>(pos[c]) * dk, o, dk);
-        if (align) align[pos[c]] += p;
+      for (int s0 = 0; s0 < S; s0 += W) {
+        const int n = S - s0 < W ? S - s0 : W;
+        for (int b0 = 0; b0 < nq; b0 += 4) {
+          const int nb = nq - b0 < 4 ? nq - b0 : 4;
+          T acc[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
+          const float *qb = q + static_cast<size_t>(b0) * d + head;
+          for (int c = 0; c < dk; ++c) {
+            const T kv = n == W ? V::load(kj + static_cast<size_t>(c) * S + s0) : V::load_n(kj + static_cast<size_t>(c) * S + s0, n, 0.f);
+            for (int b = 0; b < nb; ++b) acc[b] = V::fma(V::set1(qb[static_cast<size_t>(b) * d + c]), kv, acc[b]);
+          }
+          for (int b = 0; b < nb; ++b) {
+            float *full = work + static_cast<size_t>(b0 + b) * S + s0;
+            if (n == W) {
+              V::store(full, acc[b]);
+            } else {
+              V::store_n(full, acc[b], n);
+            }
+          }
+        }
+      }
+      for (int b = 0; b < nq; ++b) {
+        const float *full = work + static_cast<size_t>(b) * S;
+        for (int c = 0; c < count; ++c) gathered[c] = full[pos[c]];
+        float *o = out + static_cast<size_t>(b) * d + head;
+        for (int e = 0; e < dk; ++e) o[e] = 0.f;
+        if (count == 0) continue;
+        const float top = max(gathered, count);
+        const float total = exp_shifted(gathered, count, top, gathered);
+        float *al = align ? align + static_cast<size_t>(b) * S : nullptr;
+        for (int c = 0; c < count; ++c) {
+          const float p = gathered[c] / total;
+          axpy(p, vj + static_cast<size_t>(pos[c]) * dk, o, dk);
+          if (al) al[pos[c]] += p;
+        }
       }
     }
     if (align)
-      for (int s = 0; s < S; ++s) align[s] /= static_cast<float>(h);
+      for (int s = 0; s < nq * S; ++s) align[s] /= static_cast<float>(h);
   }
 
   static inline void insert(float value, int id, int C, int &filled, float *values, int *ids) {
