@@ -21,6 +21,7 @@
 #include <cstring>
 
 #include "int8.h"
+#include "int8_avx512.h"
 
 namespace nmtnative {
 namespace {
@@ -71,18 +72,12 @@ void gemm(const uint8_t *a, const float *row_scale, int M, int quads, const int8
       _tile_stored(2, &sums[0][2 * kLanes], sizeof(int32_t) * kPanel);
       _tile_stored(3, &sums[0][3 * kLanes], sizeof(int32_t) * kPanel);
       const int rows = M - m < kRows ? M - m : kRows;
-      for (int c = 0; c < 4; ++c) {  // int8_vnni.cpp's epilogue, lane for lane
-        const int col = n0 + c * kLanes, n = N - col;
-        if (n <= 0) break;
-        const __mmask16 keep = n >= kLanes ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
-        const __m512i zero_point = _mm512_maskz_loadu_epi32(keep, colsum128 + col);
-        const __m512 cs = _mm512_maskz_loadu_ps(keep, col_scale + col);
-        const __m512 b = bias ? _mm512_maskz_loadu_ps(keep, bias + col) : _mm512_setzero_ps();
+      for (int c = 0; c < 4; ++c) {  // int8_vnni.cpp's epilogue (int8_avx512.h)
+        const int col = n0 + c * kLanes;
+        if (N - col <= 0) break;
+        const Int8Columns16 out(col, N, colsum128, col_scale, bias);
         for (int r = 0; r < rows; ++r) {
-          const __m512i sum = _mm512_sub_epi32(_mm512_load_si512(&sums[r][c * kLanes]), zero_point);
-          __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sum), cs), _mm512_set1_ps(row_scale[m + r]));
-          if (bias) v = _mm512_add_ps(v, b);
-          _mm512_mask_storeu_ps(y + static_cast<size_t>(m + r) * N + col, keep, v);
+          out.store(_mm512_load_si512(&sums[r][c * kLanes]), row_scale[m + r], y + static_cast<size_t>(m + r) * N);
         }
       }
     }

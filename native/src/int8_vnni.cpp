@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include "int8.h"
+#include "int8_avx512.h"
 
 namespace nmtnative {
 namespace {
@@ -29,18 +30,10 @@ inline void block(const uint8_t *a, const float *row_scale, int quads, const int
     }
   }
   for (int c = 0; c < 4; ++c) {
-    const int col = n0 + c * kLanes, n = N - col;
-    if (n <= 0) break;
-    const __mmask16 keep = n >= kLanes ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
-    const __m512i zero_point = _mm512_maskz_loadu_epi32(keep, colsum128 + col);
-    const __m512 cs = _mm512_maskz_loadu_ps(keep, col_scale + col);
-    const __m512 b = bias ? _mm512_maskz_loadu_ps(keep, bias + col) : _mm512_setzero_ps();
-    for (int r = 0; r < R; ++r) {
-      const __m512i sum = _mm512_sub_epi32(acc[r][c], zero_point);
-      __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sum), cs), _mm512_set1_ps(row_scale[m + r]));
-      if (bias) v = _mm512_add_ps(v, b);
-      _mm512_mask_storeu_ps(y + static_cast<size_t>(m + r) * N + col, keep, v);
-    }
+    const int col = n0 + c * kLanes;
+    if (N - col <= 0) break;
+    const Int8Columns16 out(col, N, colsum128, col_scale, bias);
+    for (int r = 0; r < R; ++r) out.store(acc[r][c], row_scale[m + r], y + static_cast<size_t>(m + r) * N);
   }
 }
 
