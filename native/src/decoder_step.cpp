@@ -385,17 +385,16 @@ class DecoderStep {
   // y (M, N) = x (M, K) @ W + bias, in fp32 (gemm_nn) or int8 (the rows quantized as the int8
   // graph does: scale = max(max|x|, 1e-30) / 127, codes = round-half-even(x / scale) + 128).
   // A product's output columns go to the step's threads by whole panels (team.h) when it shares.
-  void apply(const Linear &l, const float *x, size_t M, float *y, const Team::Step &ts) const {
+  void apply(const Linear &l, const float *x, size_t M, float *y, const Team::Step &step) const {
     const int panel = l.w8 ? i8_.panel : k_.panel, panels = (l.N + panel - 1) / panel;
-    const size_t work = M * l.K * l.N, enough = !l.w8 ? kShareWork : i8_.row_align > 1 ? SIZE_MAX : kShareWork8;
-    const int chunks = ts.shared() && work >= enough ? std::min(panels, kChunksPerThread * (team_.helpers() + 1)) : 1;
+    const int chunks = shares(step, M * l.K * l.N, !l.w8 ? kShareWork : i8_.row_align > 1 ? SIZE_MAX : kShareWork8, panels);
     const int N = l.N, Mi = static_cast<int>(M);
     auto columns = [panel, panels, chunks, N](int c, int &begin, int &end) {
       begin = c * panels / chunks * panel;
       end = std::min(N, (c + 1) * panels / chunks * panel);
     };
     if (!l.w8) {
-      team_.parallel_for(ts, chunks, [&, x, y](int c) {
+      team_.parallel_for(step, chunks, [&, x, y](int c) {
         int begin, end;
         columns(c, begin, end);
         k_.gemm_nn(x, Mi, l.K, l.w, N, l.bias, y, begin, end);
@@ -411,7 +410,7 @@ class DecoderStep {
     for (size_t m = 0; m < M; ++m) i8_.quantize(x + m * l.K, l.K, codes.data() + m * stride, &scales[m]);
     const uint8_t *a = codes.data();  // this thread's buffers, named before a helper runs the lambda
     const float *row_scale = scales.data();
-    team_.parallel_for(ts, chunks, [&, a, row_scale, y](int c) {
+    team_.parallel_for(step, chunks, [&, a, row_scale, y](int c) {
       int begin, end;
       columns(c, begin, end);
       i8_.gemm(a, row_scale, Mi, quads, l.w8, l.colsum128, l.scale, N, l.bias, y, begin, end);
@@ -419,9 +418,9 @@ class DecoderStep {
   }
 
   void residual(const float *out, const Linear &l, size_t N, float *x, float *y, const Norm &norm,
-                std::vector<float> &tmp, const Team::Step &ts) const {
+                std::vector<float> &tmp, const Team::Step &step) const {
     // x + out @ w + bias, then the norm: post-norm x = y = LN(sum); pre-norm x = sum, y = LN(sum).
-    apply(l, out, N, tmp.data(), ts);
+    apply(l, out, N, tmp.data(), step);
     for (size_t n = 0; n < N; ++n) {
       float *t = tmp.data() + n * d_;
       float *xn = x + n * d_;
@@ -436,7 +435,7 @@ class DecoderStep {
   }
 
   void compute(const Inputs &in, const Outputs &out, const Lists &lists) const {
-    const Team::Step ts(team_);  // counted while it runs; shares its products when no other step runs
+    const Team::Step step(team_);  // counted while it runs; shares its products when no other step runs
     const size_t B = in.B, K = in.K, R = in.R, S = in.S, N = B * K;
     const int d = d_, h = h_, dk = dk_, L = n_layers_;
     thread_local std::vector<float> x, y, qkv, mixed, tmp, hidden, logits, scores, probs, row;
@@ -476,7 +475,7 @@ class DecoderStep {
     for (int i = 0; i < L; ++i) {
       const Layer &l = layers_[i];
       // Self-attention: Q (scaled), K, V of the new token in one product.
-      apply(l.qkv, y.data(), N, qkv.data(), ts);
+      apply(l.qkv, y.data(), N, qkv.data(), step);
       for (size_t n = 0; n < N; ++n) {
         const float *q = qkv.data() + n * 3 * d, *k_new = q + d, *v_new = q + 2 * d;
         std::memcpy(out.new_key + (n * L + i) * d, k_new, sizeof(float) * d);
@@ -491,9 +490,9 @@ class DecoderStep {
         }
         k_.self_attention(q, k_rows.data(), v_rows.data(), count, k_new, v_new, h, dk, scores.data(), mixed.data() + n * d);
       }
-      residual(mixed.data(), l.self_out, N, x.data(), y.data(), l.self_norm, tmp, ts);
+      residual(mixed.data(), l.self_out, N, x.data(), y.data(), l.self_norm, tmp, step);
       // Cross-attention over the sentence's source (keys (h, d_k, S), values (h, S, d_k)).
-      apply(l.cross_q, y.data(), N, qkv.data(), ts);
+      apply(l.cross_q, y.data(), N, qkv.data(), step);
       const bool aligning = out.attention && i == align_layer_;
       for (size_t b = 0; b < B; ++b) {  // a sentence's hypotheses together (its source's keys read once)
         float *align = aligning ? out.attention + b * K * S : nullptr;
@@ -502,9 +501,9 @@ class DecoderStep {
                            in.memory_values[i] + b * h * S * dk, static_cast<int>(S), sources[b].data(),
                            static_cast<int>(sources[b].size()), h, dk, probs.data(), mixed.data() + b * K * d, align);
       }
-      residual(mixed.data(), l.cross_out, N, x.data(), y.data(), l.cross_norm, tmp, ts);
+      residual(mixed.data(), l.cross_out, N, x.data(), y.data(), l.cross_norm, tmp, step);
       // Feed-forward.
-      apply(l.fc1, y.data(), N, hidden.data(), ts);
+      apply(l.fc1, y.data(), N, hidden.data(), step);
       if (activation_ == kRelu) {
         k_.relu(hidden.data(), static_cast<int>(N * d_ff_));
       } else if (activation_ == kSwish) {
@@ -512,19 +511,19 @@ class DecoderStep {
       } else {
         for (size_t c = 0; c < N * d_ff_; ++c) hidden[c] = 0.5f * hidden[c] * (1.f + std::erf(hidden[c] * 0.70710678118654752f));
       }
-      residual(hidden.data(), l.fc2, N, x.data(), y.data(), l.ffn_norm, tmp, ts);
+      residual(hidden.data(), l.fc2, N, x.data(), y.data(), l.ffn_norm, tmp, step);
     }
     if (final_norm_) {
       for (size_t n = 0; n < N; ++n) k_.layer_norm(y.data() + n * d, d, final_norm_->w, final_norm_->b, final_norm_->eps, y.data() + n * d);
     }
-    apply(generator_, y.data(), N, logits.data(), ts);
+    apply(generator_, y.data(), N, logits.data(), step);
     // Each row's log-softmax and top-k; rows go to the step's threads when it shares (each chunk
     // its own scratch row where the full log-probs are not an output).
-    const int chunks = ts.shared() && N * vocab_ >= kShareWork ? std::min<int>(N, kChunksPerThread * (team_.helpers() + 1)) : 1;
+    const int chunks = shares(step, N * vocab_, kShareWork, static_cast<int>(N));
     row.resize(static_cast<size_t>(chunks) * vocab_);
     const float *all_logits = logits.data();
     float *scratch = row.data();
-    team_.parallel_for(ts, chunks, [&, all_logits, scratch](int c) {
+    team_.parallel_for(step, chunks, [&, all_logits, scratch](int c) {
       for (size_t n = c * N / chunks; n < (c + 1) * N / chunks; ++n) {
         k_.log_softmax_top(all_logits + n * vocab_, logits_mask_, vocab_, candidates_,
                            out.log_probs ? out.log_probs + n * vocab_ : scratch + static_cast<size_t>(c) * vocab_,
@@ -544,8 +543,13 @@ class DecoderStep {
     return packed8_.back().data();
   }
 
-  // A product or a set of rows is shared out from this much work (multiply-adds, or rows x vocabulary),
-  // in up to kChunksPerThread chunks per thread (a late helper then leaves less to the caller).
+  // The chunks a step's work of ``work`` units (multiply-adds, or rows x vocabulary) over ``units``
+  // (panels, rows) goes in: 1 unless the step shares and the work is ``enough``; else up to
+  // kChunksPerThread a thread (a late helper then leaves less to the caller).
+  int shares(const Team::Step &step, size_t work, size_t enough, int units) const {
+    return step.shared() && work >= enough ? std::min(units, kChunksPerThread * (team_.helpers() + 1)) : 1;
+  }
+  // A product or a set of rows is shared out from this much work (multiply-adds, or rows x vocabulary).
   static constexpr size_t kShareWork = 32768;
   // int8 products cost a fraction of fp32's a multiply-add (VNNI 4x): shared from more work. AMX
   // products are not shared: measured slower shared on this project's 2-core Xeon (demo, 32 rows:

@@ -45,8 +45,6 @@ Team::Team() : cores_(affinity_cores()) {
   set_helpers(threads - 1);
 }
 
-Team::~Team() { stop_helpers(); }
-
 void Team::stop_helpers() {
   {
     std::lock_guard<std::mutex> lock(mutex_);

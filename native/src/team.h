@@ -5,7 +5,7 @@
 // a small model's step is bound by reading its weights (the demo's 6.7 MB of fp32 weights a step
 // from L3), so a second core with its own caches nearly halves it; CTranslate2 gives a lone
 // sentence every intra-op thread. Under load every loop is busy and nothing is lent: the loops
-// keep the cores (measured: bench/native_step.py --team, bench/RESULTS.md).
+// keep the cores (measured: bench/native_step.py --against one-thread, bench/RESULTS.md).
 //
 // How: ``Team::team()`` holds helper threads, asleep until a step that may share begins. A step
 // begins with a ``Team::Step`` (RAII); it shares when no other decode loop is busy at that moment:
@@ -13,7 +13,7 @@
 // loops say when they have sentences, so a loop's Python between its steps counts too), and
 // helper i joins while the load is at most ``cores - i - 1`` (``cores``: the process's CPU
 // affinity count). ``parallel_for(n, fn)`` runs fn(0..n-1): the calling thread and the helpers claim
-// chunks from one atomic counter (epoch in its high half), so a helper that is late, asleep or
+// chunks from one atomic word (epoch, chunks, next chunk), so a helper that is late, asleep or
 // taken back costs nothing but its share; the call returns when every chunk is done. Helpers spin
 // while a sharing step runs and a short grace after it (the next step of a lone sentence follows
 // ~0.1 ms later), then sleep on a condition variable.
@@ -64,7 +64,6 @@ class Team {
   // at load: threads a lone step may use, helpers = threads - 1; default: min(cores, 4)).
   int helpers() const { return static_cast<int>(threads_.size()); }
   void set_helpers(int helpers);
-  int cores() const { return cores_; }
   // A decode loop with work (+1) or idle again (-1): nmtserve/engine/batcher.py's loops.
   void engage(int delta) { engaged_.fetch_add(delta); }
   int load() const {
@@ -75,8 +74,7 @@ class Team {
   uint64_t helped() const { return helped_.load(std::memory_order_relaxed); }
 
  private:
-  Team();
-  ~Team();
+  Team();  // the one Team is never destroyed (team())
   template <class F>
   static void call(const void *fn, int chunk) {
     (*static_cast<F *>(const_cast<void *>(fn)))(chunk);

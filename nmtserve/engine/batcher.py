@@ -562,7 +562,7 @@ class InflightBatcher:
 def _engage(delta: int) -> bool:
     """Tell the compiled step a decode loop has work (+1) or is idle again (-1) (native/src/team.h:
     a lone loop's steps borrow the idle cores); returns whether the loop now counts as engaged."""
-    if native.module is not None and hasattr(native.module, "engage"):
+    if native.module is not None:  # ABI 5 and later have engage
         native.module.engage(delta)
     return delta > 0
 
