@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -254,6 +255,21 @@ def test_stop_ends_the_server_promptly(
     assert server.returncode == 0
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # type: ignore[arg-type]
+
+
+def test_a_stop_signal_landing_inside_the_wait_does_not_deadlock() -> None:
+    """serve_forever's loop is always inside stop_requested.wait(0.5), which holds the event's
+    lock for a moment each round; a SIGINT handled right then must not wait for that lock (it
+    did once in CI: Event.set() from the handler hung the stop for good). Here the handler runs
+    while this thread holds the lock, as it would in that moment."""
+    event = threading.Event()
+    relay = launcher._SignalRelay(event)
+    try:
+        with event._cond:  # type: ignore[attr-defined]  # the lock Event.wait holds around its check
+            relay.handler(signal.SIGINT, None)  # returns at once: it only writes to the pipe
+        assert event.wait(timeout=5.0), "the relay thread never set the event"
+    finally:
+        relay.close()
 
 
 def start_serve_forever(cache_dir: Path, tmp_path: Path) -> tuple[subprocess.Popen[str], str]:

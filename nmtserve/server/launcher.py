@@ -696,6 +696,47 @@ def _restart(server: TritonServer, stop_requested: threading.Event) -> float | N
     return None
 
 
+class _SignalRelay:
+    """Turns SIGINT/SIGTERM into ``event.set()`` from a thread of its own.
+
+    A Python signal handler runs in the main thread between two bytecodes, possibly while that
+    thread holds the event's internal lock (inside ``event.wait(0.5)``, as serve_forever's loop
+    always is): ``event.set()`` from the handler would wait for that lock forever. The handler
+    therefore only writes a byte to a pipe; the relay thread reads it and sets the event.
+    """
+
+    def __init__(self, event: threading.Event) -> None:
+        self._event = event
+        self._read, self._write = os.pipe()
+        self._thread = threading.Thread(target=self._run, name="nmtserve-signal-relay", daemon=True)
+        self._thread.start()
+
+    def handler(self, signum: int, frame: FrameType | None) -> None:
+        try:
+            os.write(self._write, b"s")
+        except OSError:  # closed: serve_forever is returning anyway
+            pass
+
+    def _run(self) -> None:
+        try:
+            while os.read(self._read, 1) == b"s":  # b"q" from close() ends it
+                self._event.set()
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        try:
+            os.write(self._write, b"q")
+        except OSError:
+            pass
+        self._thread.join(timeout=1.0)
+        for fd in (self._write, self._read):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
 def serve_forever(config: ServerConfig, out: TextIO | None = None) -> int:
     """Run the server until SIGINT/SIGTERM; return the process exit code for the CLI.
 
@@ -705,14 +746,11 @@ def serve_forever(config: ServerConfig, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     stop_requested = threading.Event()
     previous: dict[int, object] = {}
-
-    def request_stop(signum: int, frame: FrameType | None) -> None:
-        stop_requested.set()
-
     # signal.signal works only in the main thread; elsewhere the caller owns shutdown.
-    if threading.current_thread() is threading.main_thread():
+    relay = _SignalRelay(stop_requested) if threading.current_thread() is threading.main_thread() else None
+    if relay is not None:
         for signum in (signal.SIGINT, signal.SIGTERM):
-            previous[signum] = signal.signal(signum, request_stop)
+            previous[signum] = signal.signal(signum, relay.handler)
     server = TritonServer(config)
     try:
         try:
@@ -769,3 +807,5 @@ def serve_forever(config: ServerConfig, out: TextIO | None = None) -> int:
         server.stop()
         for signum, handler in previous.items():
             signal.signal(signum, handler)  # type: ignore[arg-type]
+        if relay is not None:
+            relay.close()
