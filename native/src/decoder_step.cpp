@@ -66,18 +66,20 @@ struct Layer {
 enum Activation { kRelu = 0, kGelu = 1, kSwish = 2 };
 
 template <typename T>
-const T *checked(const py::array &a, const char *name, std::vector<py::ssize_t> shape) {
+const T *checked(const py::array &a, const char *name, std::vector<py::ssize_t> shape,
+                 const char *what = "native decoder step") {
+  const std::string head = std::string(what) + ": " + name;
   if (!py::isinstance<py::array_t<T>>(a) || !(a.flags() & py::array::c_style)) {
-    throw std::invalid_argument(std::string("native decoder step: ") + name + " has an unexpected dtype or layout");
+    throw std::invalid_argument(head + " has an unexpected dtype or layout");
   }
   if (a.ndim() != static_cast<py::ssize_t>(shape.size())) {
-    throw std::invalid_argument(std::string("native decoder step: ") + name + " has " + std::to_string(a.ndim()) +
-                                " dimensions, expected " + std::to_string(shape.size()));
+    throw std::invalid_argument(head + " has " + std::to_string(a.ndim()) + " dimensions, expected " +
+                                std::to_string(shape.size()));
   }
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] >= 0 && a.shape(i) != shape[i]) {
-      throw std::invalid_argument(std::string("native decoder step: ") + name + " dimension " + std::to_string(i) +
-                                  " is " + std::to_string(a.shape(i)) + ", expected " + std::to_string(shape[i]));
+      throw std::invalid_argument(head + " dimension " + std::to_string(i) + " is " + std::to_string(a.shape(i)) +
+                                  ", expected " + std::to_string(shape[i]));
     }
   }
   return static_cast<const T *>(a.data());
@@ -90,9 +92,162 @@ T *mutable_checked(py::array &a, const char *name, std::vector<py::ssize_t> shap
   return static_cast<T *>(a.mutable_data());
 }
 
-class DecoderStep {
+// What the compiled graphs (the decoder's step, the encoder) share: the kernels, their weights read
+// out of the graph's arrays (a product's packed for its kernel), and the products themselves.
+class Products {
+ protected:
+  explicit Products(const char *what) : k_(kernels()), i8_(int8_kernels()), what_(what) {}
+
+  [[noreturn]] void fail(const std::string &message) const { throw std::invalid_argument(std::string(what_) + ": " + message); }
+
+  // An array read in place (norms, tables, biases): kept alive as long as this object.
+  const float *weight(const py::dict &weights, const std::string &key, std::vector<py::ssize_t> shape) {
+    if (!weights.contains(key)) fail("no weight " + key);
+    py::array a = weights[key.c_str()].cast<py::array>();
+    keep_.push_back(a);
+    return checked<float>(a, key.c_str(), shape, what_);
+  }
+  const float *optional_weight(const py::dict &weights, const std::string &key, std::vector<py::ssize_t> shape) {
+    return weights.contains(key) ? weight(weights, key, shape) : nullptr;
+  }
+  // w (K, N) fp32 packed for gemm_nn (the graph's array is not kept).
+  const float *packed(const float *w, int rows, int cols) {
+    const size_t panels = (static_cast<size_t>(cols) + k_.panel - 1) / k_.panel;
+    packed_.emplace_back(panels * k_.panel * rows);
+    k_.pack_nn(w, rows, cols, packed_.back().data());
+    return packed_.back().data();
+  }
+  // A product's weight: key.w (K, N) fp32, or key.w8 (K, N) int8 with key.ws (N) its columns'
+  // scales; key.b its bias (required with has_bias, else where there is one).
+  Linear linear(const py::dict &weights, const std::string &key, int rows, int cols, bool has_bias) {
+    Linear l;
+    l.K = rows, l.N = cols;
+    if (weights.contains(key + ".w8")) {
+      py::array a = weights[(key + ".w8").c_str()].cast<py::array>();
+      l.w8 = int8_pack(checked<int8_t>(a, (key + ".w8").c_str(), {rows, cols}, what_), rows, cols, cols, 1, l.colsum128);
+      l.scale = weight(weights, key + ".ws", {cols});
+      uses_int8_ = true;
+    } else {
+      if (!weights.contains(key + ".w")) fail("no weight " + key + ".w");
+      py::array a = weights[(key + ".w").c_str()].cast<py::array>();
+      l.w = packed(checked<float>(a, (key + ".w").c_str(), {rows, cols}, what_), rows, cols);
+    }
+    l.bias = has_bias ? weight(weights, key + ".b", {cols}) : optional_weight(weights, key + ".b", {cols});
+    return l;
+  }
+  Norm norm(const py::dict &weights, const py::dict &eps, const std::string &key, int d) {
+    Norm n;
+    n.w = weight(weights, key + ".w", {d});
+    n.b = weight(weights, key + ".b", {d});
+    n.eps = eps[key.c_str()].cast<float>();
+    return n;
+  }
+  std::optional<Norm> optional_norm(const py::dict &weights, const py::dict &eps, const std::string &key, int d) {
+    return weights.contains(key + ".w") ? std::optional<Norm>(norm(weights, eps, key, d)) : std::nullopt;
+  }
+
+  // W (K, N) int8, element (k, n) at w[k * k_stride + n * n_stride], packed for the int8 kernels.
+  const int8_t *int8_pack(const int8_t *w, int K, int N, std::ptrdiff_t k_stride, std::ptrdiff_t n_stride,
+                          const int32_t *&colsum128) {
+    const size_t panels = (static_cast<size_t>(N) + i8_.panel - 1) / i8_.panel;
+    packed8_.emplace_back(panels * i8_.panel * 4 * static_cast<size_t>(int8_quads(K, i8_.quad_align)));
+    colsums_.emplace_back(N);
+    pack_int8(w, K, N, k_stride, n_stride, i8_.panel, i8_.quad_align, packed8_.back().data(), colsums_.back().data());
+    colsum128 = colsums_.back().data();
+    return packed8_.back().data();
+  }
+
+  // y (M, N) = x (M, K) @ W + bias, in fp32 (gemm_nn) or int8 (the rows quantized as the int8
+  // graph does: scale = max(max|x|, 1e-30) / 127, codes = round-half-even(x / scale) + 128).
+  // A product's output columns go to the step's threads by whole panels (team.h) when it shares.
+  void apply(const Linear &l, const float *x, size_t M, float *y, const Team::Step &step) const {
+    const int panel = l.w8 ? i8_.panel : k_.panel, panels = (l.N + panel - 1) / panel;
+    const int chunks = shares(step, M * l.K * l.N, !l.w8 ? kShareWork : i8_.row_align > 1 ? SIZE_MAX : kShareWork8, panels);
+    const int N = l.N, Mi = static_cast<int>(M);
+    auto columns = [panel, panels, chunks, N](int c, int &begin, int &end) {
+      begin = c * panels / chunks * panel;
+      end = std::min(N, (c + 1) * panels / chunks * panel);
+    };
+    if (!l.w8) {
+      team_.parallel_for(step, chunks, [&, x, y](int c) {
+        int begin, end;
+        columns(c, begin, end);
+        k_.gemm_nn(x, Mi, l.K, l.w, N, l.bias, y, begin, end);
+      });
+      return;
+    }
+    thread_local std::vector<uint8_t> codes;
+    thread_local std::vector<float> scales;
+    const int quads = int8_quads(l.K, i8_.quad_align);
+    const size_t stride = static_cast<size_t>(quads) * 4;
+    codes.assign((M + i8_.row_align - 1) / i8_.row_align * i8_.row_align * stride, 128);
+    scales.resize(M);
+    for (size_t m = 0; m < M; ++m) i8_.quantize(x + m * l.K, l.K, codes.data() + m * stride, &scales[m]);
+    const uint8_t *a = codes.data();  // this thread's buffers, named before a helper runs the lambda
+    const float *row_scale = scales.data();
+    team_.parallel_for(step, chunks, [&, a, row_scale, y](int c) {
+      int begin, end;
+      columns(c, begin, end);
+      i8_.gemm(a, row_scale, Mi, quads, l.w8, l.colsum128, l.scale, N, l.bias, y, begin, end);
+    });
+  }
+
+  // x + out @ w + bias, then the norm, over N rows of d: post-norm x = y = LN(sum); pre-norm
+  // x = sum, y = LN(sum).
+  void residual(const float *out, const Linear &l, size_t N, int d, bool pre_norm, float *x, float *y,
+                const Norm &norm, std::vector<float> &tmp, const Team::Step &step) const {
+    apply(l, out, N, tmp.data(), step);
+    for (size_t n = 0; n < N; ++n) {
+      float *t = tmp.data() + n * d;
+      float *xn = x + n * d;
+      for (int c = 0; c < d; ++c) t[c] = xn[c] + t[c];
+      k_.layer_norm(t, d, norm.w, norm.b, norm.eps, y + n * d);
+      if (pre_norm) {
+        std::memcpy(xn, t, sizeof(float) * d);
+      } else {
+        std::memcpy(xn, y + n * d, sizeof(float) * d);
+      }
+    }
+  }
+
+  // The feed-forward's activation, in place.
+  void activate(int activation, float *hidden, size_t n) const {
+    if (activation == kRelu) {
+      k_.relu(hidden, static_cast<int>(n));
+    } else if (activation == kSwish) {
+      k_.swish(hidden, static_cast<int>(n));
+    } else {
+      for (size_t c = 0; c < n; ++c) hidden[c] = 0.5f * hidden[c] * (1.f + std::erf(hidden[c] * 0.70710678118654752f));
+    }
+  }
+
+  // The chunks a step's work of ``work`` units (multiply-adds, or rows x vocabulary) over ``units``
+  // (panels, rows) goes in: 1 unless the step shares and the work is ``enough``; else up to
+  // kChunksPerThread a thread (a late helper then leaves less to the caller).
+  int shares(const Team::Step &step, size_t work, size_t enough, int units) const {
+    return step.shared() && work >= enough ? std::min(units, kChunksPerThread * (team_.helpers() + 1)) : 1;
+  }
+  // A product or a set of rows is shared out from this much work (multiply-adds, or rows x vocabulary).
+  static constexpr size_t kShareWork = 32768;
+  // int8 products cost a fraction of fp32's a multiply-add (VNNI 4x): shared from more work. AMX
+  // products are not shared: measured slower shared on this project's 2-core Xeon (demo, 32 rows:
+  // 500 us a step alone, 625 shared; VNNI 700 -> 650), where the two cores' tile units may be one.
+  static constexpr size_t kShareWork8 = 16 * kShareWork;
+  static constexpr int kChunksPerThread = 2;
+  const Kernels &k_;
+  const Int8Kernels &i8_;
+  Team &team_ = Team::team();
+  const char *what_;  // "native decoder step", "native encoder": the start of every error message
+  bool uses_int8_ = false;
+  std::vector<py::array> keep_;  // the weights' arrays read in place (norms, tables, biases)
+  std::deque<std::vector<float>> packed_;  // the products' weights, packed (kernels.h pack_nn)
+  std::deque<std::vector<int8_t>> packed8_;  // int8 products' weights, packed (int8.h pack_int8)
+  std::deque<std::vector<int32_t>> colsums_;
+};
+
+class DecoderStep : Products {
  public:
-  DecoderStep(const py::dict &config, const py::dict &weights) : k_(kernels()), i8_(int8_kernels()) {
+  DecoderStep(const py::dict &config, const py::dict &weights) : Products("native decoder step") {
     auto cfg = [&](const char *key) { return config[key]; };
     d_ = cfg("d_model").cast<int>();
     h_ = cfg("heads").cast<int>();
@@ -112,49 +267,14 @@ class DecoderStep {
       throw std::invalid_argument("native decoder step: inconsistent configuration");
     }
     const py::dict eps = config["eps"].cast<py::dict>();
-    auto w = [&](const std::string &key, std::vector<py::ssize_t> shape) -> const float * {
-      if (!weights.contains(key)) throw std::invalid_argument("native decoder step: no weight " + key);
-      py::array a = weights[key.c_str()].cast<py::array>();
-      keep_.push_back(a);
-      return checked<float>(a, key.c_str(), shape);
+    auto w = [&](const std::string &key, std::vector<py::ssize_t> shape) { return weight(weights, key, shape); };
+    auto optional_w = [&](const std::string &key, std::vector<py::ssize_t> shape) {
+      return optional_weight(weights, key, shape);
     };
-    auto optional_w = [&](const std::string &key, std::vector<py::ssize_t> shape) -> const float * {
-      return weights.contains(key) ? w(key, shape) : nullptr;
-    };
-    // A product's weight (K, N), packed for gemm_nn (the graph's array is not kept).
-    auto packed = [&](const std::string &key, int rows, int cols) -> const float * {
-      if (!weights.contains(key)) throw std::invalid_argument("native decoder step: no weight " + key);
-      py::array a = weights[key.c_str()].cast<py::array>();
-      const float *src = checked<float>(a, key.c_str(), {rows, cols});
-      const size_t panels = (static_cast<size_t>(cols) + k_.panel - 1) / k_.panel;
-      packed_.emplace_back(panels * k_.panel * rows);
-      k_.pack_nn(src, rows, cols, packed_.back().data());
-      return packed_.back().data();
-    };
-    // A product's weight: key.w (K, N) fp32, or key.w8 (K, N) int8 with key.ws (N) its columns' scales.
-    auto linear = [&](const std::string &key, int rows, int cols, bool has_bias) -> Linear {
-      Linear l;
-      l.K = rows, l.N = cols;
-      if (weights.contains(key + ".w8")) {
-        py::array a = weights[(key + ".w8").c_str()].cast<py::array>();
-        l.w8 = int8_pack(checked<int8_t>(a, (key + ".w8").c_str(), {rows, cols}), rows, cols, cols, 1, l.colsum128);
-        l.scale = w(key + ".ws", {cols});
-        uses_int8_ = true;
-      } else {
-        l.w = packed(key + ".w", rows, cols);
-      }
-      l.bias = has_bias ? w(key + ".b", {cols}) : optional_w(key + ".b", {cols});
-      return l;
-    };
-    auto norm = [&](const std::string &key) -> Norm {
-      Norm n;
-      n.w = w(key + ".w", {d_});
-      n.b = w(key + ".b", {d_});
-      n.eps = eps[key.c_str()].cast<float>();
-      return n;
-    };
-    auto optional_norm = [&](const std::string &key) -> std::optional<Norm> {
-      return weights.contains(key + ".w") ? std::optional<Norm>(norm(key)) : std::nullopt;
+    auto norm = [&](const std::string &key) { return Products::norm(weights, eps, key, d_); };
+    auto optional_norm = [&](const std::string &key) { return Products::optional_norm(weights, eps, key, d_); };
+    auto linear = [&](const std::string &key, int rows, int cols, bool has_bias) {
+      return Products::linear(weights, key, rows, cols, has_bias);
     };
     // The target embedding table: embed (V, d) fp32, or embed.w8 (V, d) int8 with embed.rows_scale (V).
     const bool embed8 = weights.contains("embed.w8");
@@ -203,10 +323,7 @@ class DecoderStep {
       std::vector<float> transposed(static_cast<size_t>(d_) * vocab_);
       for (int v = 0; v < vocab_; ++v)
         for (int c = 0; c < d_; ++c) transposed[static_cast<size_t>(c) * vocab_ + v] = table[static_cast<size_t>(v) * d_ + c];
-      const size_t panels = (static_cast<size_t>(vocab_) + k_.panel - 1) / k_.panel;
-      packed_.emplace_back(panels * k_.panel * d_);
-      k_.pack_nn(transposed.data(), d_, vocab_, packed_.back().data());
-      generator_.w = packed_.back().data();
+      generator_.w = packed(transposed.data(), d_, vocab_);
     } else {
       generator_ = linear("generator", d_, vocab_, false);
     }
@@ -382,58 +499,6 @@ class DecoderStep {
     float *new_key, *new_value, *attention, *log_probs;
   };
 
-  // y (M, N) = x (M, K) @ W + bias, in fp32 (gemm_nn) or int8 (the rows quantized as the int8
-  // graph does: scale = max(max|x|, 1e-30) / 127, codes = round-half-even(x / scale) + 128).
-  // A product's output columns go to the step's threads by whole panels (team.h) when it shares.
-  void apply(const Linear &l, const float *x, size_t M, float *y, const Team::Step &step) const {
-    const int panel = l.w8 ? i8_.panel : k_.panel, panels = (l.N + panel - 1) / panel;
-    const int chunks = shares(step, M * l.K * l.N, !l.w8 ? kShareWork : i8_.row_align > 1 ? SIZE_MAX : kShareWork8, panels);
-    const int N = l.N, Mi = static_cast<int>(M);
-    auto columns = [panel, panels, chunks, N](int c, int &begin, int &end) {
-      begin = c * panels / chunks * panel;
-      end = std::min(N, (c + 1) * panels / chunks * panel);
-    };
-    if (!l.w8) {
-      team_.parallel_for(step, chunks, [&, x, y](int c) {
-        int begin, end;
-        columns(c, begin, end);
-        k_.gemm_nn(x, Mi, l.K, l.w, N, l.bias, y, begin, end);
-      });
-      return;
-    }
-    thread_local std::vector<uint8_t> codes;
-    thread_local std::vector<float> scales;
-    const int quads = int8_quads(l.K, i8_.quad_align);
-    const size_t stride = static_cast<size_t>(quads) * 4;
-    codes.assign((M + i8_.row_align - 1) / i8_.row_align * i8_.row_align * stride, 128);
-    scales.resize(M);
-    for (size_t m = 0; m < M; ++m) i8_.quantize(x + m * l.K, l.K, codes.data() + m * stride, &scales[m]);
-    const uint8_t *a = codes.data();  // this thread's buffers, named before a helper runs the lambda
-    const float *row_scale = scales.data();
-    team_.parallel_for(step, chunks, [&, a, row_scale, y](int c) {
-      int begin, end;
-      columns(c, begin, end);
-      i8_.gemm(a, row_scale, Mi, quads, l.w8, l.colsum128, l.scale, N, l.bias, y, begin, end);
-    });
-  }
-
-  void residual(const float *out, const Linear &l, size_t N, float *x, float *y, const Norm &norm,
-                std::vector<float> &tmp, const Team::Step &step) const {
-    // x + out @ w + bias, then the norm: post-norm x = y = LN(sum); pre-norm x = sum, y = LN(sum).
-    apply(l, out, N, tmp.data(), step);
-    for (size_t n = 0; n < N; ++n) {
-      float *t = tmp.data() + n * d_;
-      float *xn = x + n * d_;
-      for (int c = 0; c < d_; ++c) t[c] = xn[c] + t[c];
-      k_.layer_norm(t, d_, norm.w, norm.b, norm.eps, y + n * d_);
-      if (pre_norm_) {
-        std::memcpy(xn, t, sizeof(float) * d_);
-      } else {
-        std::memcpy(xn, y + n * d_, sizeof(float) * d_);
-      }
-    }
-  }
-
   void compute(const Inputs &in, const Outputs &out, const Lists &lists) const {
     const Team::Step step(team_);  // counted while it runs; shares its products when no other step runs
     const size_t B = in.B, K = in.K, R = in.R, S = in.S, N = B * K;
@@ -490,7 +555,7 @@ class DecoderStep {
         }
         k_.self_attention(q, k_rows.data(), v_rows.data(), count, k_new, v_new, h, dk, scores.data(), mixed.data() + n * d);
       }
-      residual(mixed.data(), l.self_out, N, x.data(), y.data(), l.self_norm, tmp, step);
+      residual(mixed.data(), l.self_out, N, d, pre_norm_, x.data(), y.data(), l.self_norm, tmp, step);
       // Cross-attention over the sentence's source (keys (h, d_k, S), values (h, S, d_k)).
       apply(l.cross_q, y.data(), N, qkv.data(), step);
       const bool aligning = out.attention && i == align_layer_;
@@ -501,17 +566,11 @@ class DecoderStep {
                            in.memory_values[i] + b * h * S * dk, static_cast<int>(S), sources[b].data(),
                            static_cast<int>(sources[b].size()), h, dk, probs.data(), mixed.data() + b * K * d, align);
       }
-      residual(mixed.data(), l.cross_out, N, x.data(), y.data(), l.cross_norm, tmp, step);
+      residual(mixed.data(), l.cross_out, N, d, pre_norm_, x.data(), y.data(), l.cross_norm, tmp, step);
       // Feed-forward.
       apply(l.fc1, y.data(), N, hidden.data(), step);
-      if (activation_ == kRelu) {
-        k_.relu(hidden.data(), static_cast<int>(N * d_ff_));
-      } else if (activation_ == kSwish) {
-        k_.swish(hidden.data(), static_cast<int>(N * d_ff_));
-      } else {
-        for (size_t c = 0; c < N * d_ff_; ++c) hidden[c] = 0.5f * hidden[c] * (1.f + std::erf(hidden[c] * 0.70710678118654752f));
-      }
-      residual(hidden.data(), l.fc2, N, x.data(), y.data(), l.ffn_norm, tmp, step);
+      activate(activation_, hidden.data(), N * d_ff_);
+      residual(hidden.data(), l.fc2, N, d, pre_norm_, x.data(), y.data(), l.ffn_norm, tmp, step);
     }
     if (final_norm_) {
       for (size_t n = 0; n < N; ++n) k_.layer_norm(y.data() + n * d, d, final_norm_->w, final_norm_->b, final_norm_->eps, y.data() + n * d);
@@ -532,38 +591,6 @@ class DecoderStep {
     });
   }
 
-  // W (K, N) int8, element (k, n) at w[k * k_stride + n * n_stride], packed for the int8 kernels.
-  const int8_t *int8_pack(const int8_t *w, int K, int N, std::ptrdiff_t k_stride, std::ptrdiff_t n_stride,
-                          const int32_t *&colsum128) {
-    const size_t panels = (static_cast<size_t>(N) + i8_.panel - 1) / i8_.panel;
-    packed8_.emplace_back(panels * i8_.panel * 4 * static_cast<size_t>(int8_quads(K, i8_.quad_align)));
-    colsums_.emplace_back(N);
-    pack_int8(w, K, N, k_stride, n_stride, i8_.panel, i8_.quad_align, packed8_.back().data(), colsums_.back().data());
-    colsum128 = colsums_.back().data();
-    return packed8_.back().data();
-  }
-
-  // The chunks a step's work of ``work`` units (multiply-adds, or rows x vocabulary) over ``units``
-  // (panels, rows) goes in: 1 unless the step shares and the work is ``enough``; else up to
-  // kChunksPerThread a thread (a late helper then leaves less to the caller).
-  int shares(const Team::Step &step, size_t work, size_t enough, int units) const {
-    return step.shared() && work >= enough ? std::min(units, kChunksPerThread * (team_.helpers() + 1)) : 1;
-  }
-  // A product or a set of rows is shared out from this much work (multiply-adds, or rows x vocabulary).
-  static constexpr size_t kShareWork = 32768;
-  // int8 products cost a fraction of fp32's a multiply-add (VNNI 4x): shared from more work. AMX
-  // products are not shared: measured slower shared on this project's 2-core Xeon (demo, 32 rows:
-  // 500 us a step alone, 625 shared; VNNI 700 -> 650), where the two cores' tile units may be one.
-  static constexpr size_t kShareWork8 = 16 * kShareWork;
-  static constexpr int kChunksPerThread = 2;
-  const Kernels &k_;
-  const Int8Kernels &i8_;
-  Team &team_ = Team::team();
-  bool uses_int8_ = false;
-  std::vector<py::array> keep_;  // the weights' arrays read in place (norms, tables, biases)
-  std::deque<std::vector<float>> packed_;  // the products' weights, packed (kernels.h pack_nn)
-  std::deque<std::vector<int8_t>> packed8_;  // int8 products' weights, packed (int8.h pack_int8)
-  std::deque<std::vector<int32_t>> colsums_;
   int d_, h_, dk_, n_layers_, vocab_, d_ff_, candidates_, activation_, align_layer_;
   bool pre_norm_, tied_;
   float emb_scale_;
@@ -575,6 +602,209 @@ class DecoderStep {
   std::vector<Layer> layers_;
 };
 
+
+// The fused CPU encoder graph (cpu_graph.py's build_cpu_encoder) in compiled code: the source's
+// embedding, the layers, and every decoder layer's cross-attention keys and values of the memory,
+// from the graph's own weights. Only each sentence's real tokens (ids other than the padding id)
+// are computed: a token attends its sentence's real tokens alone (what the graph's key mask does),
+// each product's row is its token's alone, so a sentence's memory is the same bits alone and in any
+// batch, by construction. The memory's padding positions are zeros (the decoder never reads them).
+class EncoderStep : Products {
+ public:
+  EncoderStep(const py::dict &config, const py::dict &weights) : Products("native encoder") {
+    auto cfg = [&](const char *key) { return config[key]; };
+    d_ = cfg("d_model").cast<int>();
+    h_ = cfg("heads").cast<int>();
+    dk_ = d_ / h_;
+    n_layers_ = cfg("layers").cast<int>();
+    memory_layers_ = cfg("memory_layers").cast<int>();
+    d_ff_ = cfg("d_ff").cast<int>();
+    activation_ = cfg("activation").cast<int>();
+    pre_norm_ = cfg("pre_norm").cast<bool>();
+    emb_scale_ = cfg("embed_scale").cast<float>();
+    pos_offset_ = cfg("position_offset").cast<int>();
+    pad_id_ = cfg("pad_id").cast<int>();
+    if (d_ % h_ || n_layers_ < 1 || memory_layers_ < 1 || activation_ < 0 || activation_ > 2) {
+      fail("inconsistent configuration");
+    }
+    const py::dict eps = config["eps"].cast<py::dict>();
+    const bool embed8 = weights.contains("embed.w8");
+    py::array table = weights[embed8 ? "embed.w8" : "embed"].cast<py::array>();
+    embed_rows_ = static_cast<int>(table.shape(0));
+    if (embed8) {
+      embed8_ = checked<int8_t>(table, "embed.w8", {-1, d_}, what_);
+      keep_.push_back(table);
+      embed_row_scale_ = weight(weights, "embed.rows_scale", {embed_rows_});
+      uses_int8_ = true;
+    } else {
+      embed_ = weight(weights, "embed", {-1, d_});
+    }
+    positions_ = weight(weights, "positions", {-1, d_});
+    position_rows_ = static_cast<int>(weights["positions"].cast<py::array>().shape(0));
+    embed_norm_ = optional_norm(weights, eps, "embed_norm", d_);
+    first_norm_ = optional_norm(weights, eps, "first_norm", d_);
+    final_norm_ = optional_norm(weights, eps, "final_norm", d_);
+    if (pre_norm_ != first_norm_.has_value()) fail("pre-norm needs first_norm");
+    for (int i = 0; i < n_layers_; ++i) {
+      const std::string p = std::to_string(i) + ".";
+      Layer l;
+      l.qkv = linear(weights, p + "qkv", d_, 3 * d_, true);
+      l.out = linear(weights, p + "self_out", d_, d_, false);
+      l.fc1 = linear(weights, p + "fc1", d_, d_ff_, false);
+      l.fc2 = linear(weights, p + "fc2", d_ff_, d_, false);
+      l.self_norm = norm(weights, eps, p + "self_norm", d_);
+      l.ffn_norm = norm(weights, eps, p + "ffn_norm", d_);
+      layers_.push_back(l);
+    }
+    memory_ = linear(weights, "memory_kv", d_, 2 * memory_layers_ * d_, true);
+  }
+
+  std::string kernels_name() const { return uses_int8_ ? std::string(k_.name) + " + int8 " + i8_.name : k_.name; }
+
+  // src_ids (B, S) int32 -> (memory keys, memory values): per decoder layer (B, h, d_k, S) and
+  // (B, h, S, d_k), as the encoder graph's outputs.
+  py::tuple run(const py::array &src_ids) const {
+    if (src_ids.ndim() != 2) fail("src_ids must be (B, S)");
+    const py::ssize_t B = src_ids.shape(0), S = src_ids.shape(1);
+    const int32_t *ids = checked<int32_t>(src_ids, "src_ids", {B, S}, what_);
+    if (S + pos_offset_ > position_rows_) {
+      fail("a source of " + std::to_string(S) + " tokens is longer than the position table");
+    }
+    // Each sentence's real tokens: their positions, and their rows in the batch's product rows.
+    std::vector<int> first(B + 1, 0), positions;
+    for (py::ssize_t b = 0; b < B; ++b) {
+      for (py::ssize_t s = 0; s < S; ++s) {
+        const int32_t id = ids[b * S + s];
+        if (id < 0 || id >= embed_rows_) fail("a token id is out of range");
+        if (id != pad_id_) positions.push_back(static_cast<int>(s));
+      }
+      first[b + 1] = static_cast<int>(positions.size());
+    }
+    std::vector<py::array_t<float>> keys, values;
+    for (int i = 0; i < memory_layers_; ++i) {
+      keys.emplace_back(std::vector<py::ssize_t>{B, h_, dk_, S});
+      values.emplace_back(std::vector<py::ssize_t>{B, h_, S, dk_});
+    }
+    std::vector<float *> key_out, value_out;
+    for (int i = 0; i < memory_layers_; ++i) {
+      key_out.push_back(keys[i].mutable_data());
+      value_out.push_back(values[i].mutable_data());
+      std::fill(key_out.back(), key_out.back() + B * h_ * dk_ * S, 0.f);
+      std::fill(value_out.back(), value_out.back() + B * h_ * S * dk_, 0.f);
+    }
+    {
+      py::gil_scoped_release release;
+      compute(ids, B, S, first, positions, key_out, value_out);
+    }
+    py::list k, v;
+    for (int i = 0; i < memory_layers_; ++i) k.append(keys[i]), v.append(values[i]);
+    return py::make_tuple(k, v);
+  }
+
+ private:
+  struct Layer {
+    Linear qkv, out, fc1, fc2;
+    Norm self_norm, ffn_norm;  // the residuals' norms (pre-norm: the next sublayer's, the last the final)
+  };
+
+  void compute(const int32_t *ids, size_t B, size_t S, const std::vector<int> &first, const std::vector<int> &positions,
+               const std::vector<float *> &key_out, const std::vector<float *> &value_out) const {
+    const Team::Step step(team_);
+    const size_t N = positions.size();
+    const int d = d_, h = h_, dk = dk_;
+    if (N == 0) return;
+    size_t longest = 0;
+    for (size_t b = 0; b < B; ++b) longest = std::max(longest, static_cast<size_t>(first[b + 1] - first[b]));
+    std::vector<float> x(N * d), y(N * d), qkv(N * 3 * d), mixed(N * d), tmp(N * d), hidden(N * d_ff_),
+        kv(N * 2 * memory_layers_ * d), keys(static_cast<size_t>(d) * longest), vals(static_cast<size_t>(d) * longest),
+        work((longest + 1) * longest + 1);
+    std::vector<int> order(longest);
+    for (size_t c = 0; c < longest; ++c) order[c] = static_cast<int>(c);
+    // Embedding: token row * scale + position row (+ LayerNorm).
+    for (size_t b = 0; b < B; ++b) {
+      for (int n = first[b]; n < first[b + 1]; ++n) {
+        const int s = positions[n];
+        const int32_t id = ids[b * S + s];
+        const float *p = positions_ + static_cast<size_t>(s + pos_offset_) * d;
+        float *xn = x.data() + static_cast<size_t>(n) * d;
+        if (embed8_) {  // the int8 table's row: its codes times the row's scale (the graph's Cast, Mul)
+          const int8_t *e = embed8_ + static_cast<size_t>(id) * d;
+          const float rs = embed_row_scale_[id];
+          for (int c = 0; c < d; ++c) {
+            const float v = static_cast<float>(e[c]) * rs;
+            xn[c] = (emb_scale_ != 1.f ? v * emb_scale_ : v) + p[c];
+          }
+        } else {
+          const float *e = embed_ + static_cast<size_t>(id) * d;
+          for (int c = 0; c < d; ++c) xn[c] = (emb_scale_ != 1.f ? e[c] * emb_scale_ : e[c]) + p[c];
+        }
+        if (embed_norm_) k_.layer_norm(xn, d, embed_norm_->w, embed_norm_->b, embed_norm_->eps, xn);
+      }
+    }
+    for (size_t n = 0; n < N; ++n) {
+      if (pre_norm_) {
+        k_.layer_norm(x.data() + n * d, d, first_norm_->w, first_norm_->b, first_norm_->eps, y.data() + n * d);
+      } else {
+        std::memcpy(y.data() + n * d, x.data() + n * d, sizeof(float) * d);
+      }
+    }
+    for (const Layer &l : layers_) {
+      apply(l.qkv, y.data(), N, qkv.data(), step);
+      for (size_t b = 0; b < B; ++b) {  // a sentence's tokens attend each other: keys (h, d_k, n), values (h, n, d_k)
+        const int n0 = first[b], n = first[b + 1] - first[b];
+        if (n == 0) continue;
+        for (int t = 0; t < n; ++t) {
+          const float *row = qkv.data() + static_cast<size_t>(n0 + t) * 3 * d;
+          for (int j = 0; j < h; ++j) {
+            for (int c = 0; c < dk; ++c) {
+              keys[(static_cast<size_t>(j) * dk + c) * n + t] = row[d + j * dk + c];
+              vals[(static_cast<size_t>(j) * n + t) * dk + c] = row[2 * d + j * dk + c];
+            }
+          }
+        }
+        // The queries are the qkv rows' first d columns: copied to rows of d for the kernel.
+        for (int t = 0; t < n; ++t) std::memcpy(tmp.data() + static_cast<size_t>(t) * d, qkv.data() + static_cast<size_t>(n0 + t) * 3 * d, sizeof(float) * d);
+        k_.cross_attention(tmp.data(), n, keys.data(), vals.data(), n, order.data(), n, h, dk, work.data(),
+                           mixed.data() + static_cast<size_t>(n0) * d, nullptr);
+      }
+      residual(mixed.data(), l.out, N, d, pre_norm_, x.data(), y.data(), l.self_norm, tmp, step);
+      apply(l.fc1, y.data(), N, hidden.data(), step);
+      activate(activation_, hidden.data(), N * d_ff_);
+      residual(hidden.data(), l.fc2, N, d, pre_norm_, x.data(), y.data(), l.ffn_norm, tmp, step);
+    }
+    if (final_norm_) {
+      for (size_t n = 0; n < N; ++n) k_.layer_norm(y.data() + n * d, d, final_norm_->w, final_norm_->b, final_norm_->eps, y.data() + n * d);
+    }
+    // Every decoder layer's cross-attention K and V of the memory, one product: (N, 2 L d), then
+    // each token's into its sentence's position.
+    apply(memory_, y.data(), N, kv.data(), step);
+    const size_t width = static_cast<size_t>(2) * memory_layers_ * d;
+    for (size_t b = 0; b < B; ++b) {
+      for (int n = first[b]; n < first[b + 1]; ++n) {
+        const size_t s = positions[n];
+        const float *row = kv.data() + static_cast<size_t>(n) * width;
+        for (int i = 0; i < memory_layers_; ++i) {
+          const float *k_row = row + static_cast<size_t>(2 * i) * d, *v_row = k_row + d;
+          float *ko = key_out[i] + b * h * dk * S, *vo = value_out[i] + b * h * S * dk;
+          for (int j = 0; j < h; ++j) {
+            for (int c = 0; c < dk; ++c) ko[(static_cast<size_t>(j) * dk + c) * S + s] = k_row[j * dk + c];
+            std::memcpy(vo + (static_cast<size_t>(j) * S + s) * dk, v_row + j * dk, sizeof(float) * dk);
+          }
+        }
+      }
+    }
+  }
+
+  int d_, h_, dk_, n_layers_, memory_layers_, d_ff_, activation_;
+  bool pre_norm_;
+  float emb_scale_;
+  int pos_offset_, pad_id_, embed_rows_ = 0, position_rows_ = 0;
+  const float *embed_ = nullptr, *positions_ = nullptr, *embed_row_scale_ = nullptr;
+  const int8_t *embed8_ = nullptr;
+  std::optional<Norm> embed_norm_, first_norm_, final_norm_;
+  std::vector<Layer> layers_;
+  Linear memory_;
+};
 }  // namespace
 
 void register_decoder_step(py::module_ &module) {
@@ -589,6 +819,12 @@ void register_decoder_step(py::module_ &module) {
              "no other loop is busy (team.h).");
   module.def("step_chunks_helped", [] { return Team::team().helped(); },
              "Chunks of decoder steps that helper threads ran since the module loaded.");
+  py::class_<EncoderStep>(module, "EncoderStep",
+                          "The fused CPU encoder graph in compiled code, from its weights (batch-invariant).")
+      .def(py::init<const py::dict &, const py::dict &>(), py::arg("config"), py::arg("weights"))
+      .def_property_readonly("kernels", &EncoderStep::kernels_name)
+      .def("run", &EncoderStep::run, py::arg("src_ids"),
+           "src_ids (B, S) int32 -> (memory keys, memory values): per decoder layer (B, h, d_k, S) / (B, h, S, d_k).");
   py::class_<DecoderStep>(module, "DecoderStep",
                           "The fused CPU decoder graph's step in compiled code, from its weights (batch-invariant).")
       .def(py::init<const py::dict &, const py::dict &>(), py::arg("config"), py::arg("weights"))

@@ -184,6 +184,97 @@ def read_cpu_decoder(path: Path, spec: ModelSpec) -> tuple[dict, dict[str, np.nd
     return config, weights
 
 
+def read_cpu_encoder(path: Path, spec: ModelSpec) -> tuple[dict, dict[str, np.ndarray]]:
+    """(config, weights) of a fused CPU encoder graph (``cpu_graph.build_cpu_encoder``, fp32 or int8
+    as ``quantize`` writes it), as ``EncoderStep`` takes them."""
+    import onnx
+
+    path = Path(path)
+    model = onnx.load(str(path), load_external_data=False)
+    g = model.graph
+    if g.name != "nmtserve_encoder_cpu":
+        raise Unsupported(f"{path.name} is not the fused CPU encoder (graph {g.name!r})")
+    ops = {n.op_type for n in g.node}
+    other = ops & {"DynamicQuantizeMatMul", "MatMulInteger", "DynamicQuantizeLinear", "QLinearMatMul", "MatMulNBits"}
+    if other:
+        raise Unsupported(f"{path.name} is quantized in a form the compiled encoder does not compute "
+                          f"({', '.join(sorted(other))})")
+    init = {t.name: t for t in g.initializer}
+    nodes = {n.name: n for n in g.node}
+    if ops & {"MatMulIntegerToFloat", "QGemm"}:
+        _check_int8_scheme(path, init, nodes)
+
+    def array(name: str) -> np.ndarray:
+        if name not in init:
+            raise Unsupported(f"{path.name} has no initializer {name!r}")
+        a = _initializer(init[name], path.parent)
+        if a.dtype != np.float32 and a.dtype.kind == "f":
+            raise Unsupported(f"{name} is {a.dtype}, not float32")
+        return a
+
+    weights: dict[str, np.ndarray] = {}
+    config: dict = {"eps": {}}
+
+    def product(key: str, name: str, bias: str | None = None) -> None:  # fp32, or int8 per column
+        if f"{name}.int8_cols" in init:
+            weights[f"{key}.w8"], weights[f"{key}.ws"] = _initializer(init[f"{name}.int8_cols"], path.parent), array(f"{name}.scale_cols")
+        else:
+            weights[f"{key}.w"] = array(name)
+        if bias is not None and bias in init:
+            weights[f"{key}.b"] = array(bias)
+
+    def norm(key: str, node_name: str) -> None:
+        weights[f"{key}.w"] = array(f"{node_name}.weight")
+        weights[f"{key}.b"] = array(f"{node_name}.bias")
+        config["eps"][key] = next((a.f for a in nodes[node_name].attribute if a.name == "epsilon"), 1e-5)
+
+    # The token table: the Gather of src_ids (its int8 rows and row scales where quantized).
+    table = next((n.input[0] for n in g.node if n.op_type == "Gather" and n.input[1:] == ["src_ids"]
+                  and not n.input[0].endswith(".scale_rows")), None)
+    if table is None:
+        raise Unsupported(f"{path.name}: no embedding table gathers src_ids")
+    if table.endswith(".int8_rows"):
+        weights["embed.w8"] = _initializer(init[table], path.parent)
+        weights["embed.rows_scale"] = array(table[: -len(".int8_rows")] + ".scale_rows")
+    else:
+        weights["embed"] = array(table)
+    weights["positions"] = array("src_embed.positions")
+    if "/src_embed/norm" in nodes:
+        norm("embed_norm", "/src_embed/norm")
+    pre_norm = "/encoder_layers.0/sub_attn/norm" in nodes
+    if pre_norm:
+        norm("first_norm", "/encoder_layers.0/sub_attn/norm")
+    if "/encoder_norm" in nodes:
+        norm("final_norm", "/encoder_norm")
+    activation = next((a for a in ACTIVATIONS if f"/encoder_layers.0/ffn/{a}" in nodes), None)
+    if activation is None:
+        raise Unsupported("the encoder's feed-forward activation is not relu, gelu or swish")
+    layers = 0
+    while f"/encoder_layers.{layers}/self_attn/out_proj/norm" in nodes:
+        p = f"/encoder_layers.{layers}"
+        product(f"{layers}.qkv", f"{p}.self_attn.qkv_proj.weight_t", f"{p}.self_attn.qkv_proj.bias")
+        for key, name in (("self_out", f"{p}/self_attn/out_proj"), ("fc1", f"{p}/ffn/fc1"), ("fc2", f"{p}/ffn/fc2")):
+            product(f"{layers}.{key}", f"{name}.weight_t", f"{name}.bias")
+        norm(f"{layers}.self_norm", f"{p}/self_attn/out_proj/norm")
+        norm(f"{layers}.ffn_norm", f"{p}/ffn/fc2/norm")
+        layers += 1
+    if not layers:
+        raise Unsupported(f"{path.name} has no encoder layers the compiled encoder knows")
+    product("memory_kv", "memory_kv.weight_t", "memory_kv.bias")
+    d = int(weights["positions"].shape[1])
+    fc1 = weights["0.fc1.w" if "0.fc1.w" in weights else "0.fc1.w8"]
+    config.update(
+        d_model=d, heads=spec.heads, layers=layers, memory_layers=spec.layers, d_ff=int(fc1.shape[1]),
+        activation=ACTIVATIONS[activation], pre_norm=pre_norm,
+        embed_scale=float(array("/src_embed/scale").reshape(-1)[0]) if "/src_embed/scale" in init else 1.0,
+        position_offset=int(array("/src_embed/first_row").reshape(-1)[0]),
+        pad_id=int(array("/mask/pad").reshape(-1)[0]))
+    codes = {k for k in weights if k.endswith("8")}
+    config["int8"] = bool(codes)
+    weights = {k: np.ascontiguousarray(v, dtype=np.int8 if k in codes else np.float32) for k, v in weights.items()}
+    return config, weights
+
+
 def _check_int8_scheme(path: Path, init: dict, nodes: dict) -> None:
     """An int8 graph is one the compiled step computes when nmtserve/export/quantize.py wrote it:
     rows quantized with max(max|x|, 1e-30) / 127 around 128, weights symmetric int8 per column or
@@ -257,6 +348,42 @@ class NativeDecoder:
         asked)."""
         return self.step.run_pool(b, g, tokens, steps, pool_key, pool_value, table, start, src_len,
                                   list(memory_keys), list(memory_values), attention=attention, log_probs=log_probs)
+
+
+class NativeEncoder:
+    """``encode`` of the encoder contract (``nmtserve.graphs``) on ``nmtserve_native.EncoderStep``."""
+
+    def __init__(self, path: Path, spec: ModelSpec, fp32_largest_d_model: int | None = None):
+        if native.module is None or not hasattr(native.module, "EncoderStep"):
+            raise Unsupported("nmtserve_native is not installed")
+        config, weights = read_cpu_encoder(path, spec)
+        int8 = config.pop("int8")
+        if fp32_largest_d_model is not None and not int8 and config["d_model"] > fp32_largest_d_model:
+            raise Unsupported(f"at d_model {config['d_model']} its fp32 kernels are faster ({ENV}=1 asks for "
+                              "the compiled encoder)")
+        self.step = native.module.EncoderStep(config, weights)
+        self.kernels = self.step.kernels
+
+    def encode(self, src_ids: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """src_ids (B, S) -> per decoder layer memory keys (B, h, d_k, S) and values (B, h, S, d_k);
+        the padding's positions are zeros."""
+        keys, values = self.step.run(np.ascontiguousarray(src_ids, dtype=np.int32))
+        return list(keys), list(values)
+
+
+def load_encoder(path: Path, spec: ModelSpec) -> NativeEncoder | None:
+    """The compiled encoder where the graph allows it and ``NMTSERVE_NATIVE_STEP`` is not ``0`` (the
+    same switch and size rule as the step's)."""
+    setting = os.environ.get(ENV, "")
+    if setting == "0":
+        return None
+    try:
+        encoder = NativeEncoder(path, spec, None if setting == "1" else FP32_LARGEST_D_MODEL)
+    except Unsupported as exc:
+        (log.warning if setting == "1" else log.info)("the encoder runs on ONNX Runtime: %s", exc)
+        return None
+    log.info("the encoder runs compiled (nmtserve_native, %s kernels)", encoder.kernels)
+    return encoder
 
 
 def load(path: Path, spec: ModelSpec) -> NativeDecoder | None:

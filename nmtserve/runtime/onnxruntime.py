@@ -110,7 +110,13 @@ class OnnxModel:
                  providers: list[str] | None = None, native: bool = True):
         self.spec = spec
         providers = providers or ["CPUExecutionProvider"]
-        self.encoder = ort.InferenceSession(str(encoder), session_options(threads), providers=providers)
+        # The encoder in compiled code where its graph allows it (native_step.NativeEncoder): ONNX
+        # Runtime's session of it is then built only if something asks for it.
+        self.native_encoder = (native_step.load_encoder(encoder, spec) if native and providers == ["CPUExecutionProvider"]
+                               else None)
+        self._encoder_args = (str(encoder), threads, providers)
+        self._encoder = None if self.native_encoder else ort.InferenceSession(
+            str(encoder), session_options(threads), providers=providers)
         # The decoder's step in compiled code where the graph allows it (runtime/native_step.py);
         # ONNX Runtime's session of the decoder is then built only if something asks for it (it
         # would hold the weights a second time).
@@ -137,6 +143,18 @@ class OnnxModel:
         return ort.InferenceSession(path, session_options(threads), providers=providers)
 
     @property
+    def encoder(self) -> ort.InferenceSession:
+        """ONNX Runtime's session of the encoder graph (built on first use when the compiled encoder serves)."""
+        if self._encoder is None:
+            path, threads, providers = self._encoder_args
+            self._encoder = ort.InferenceSession(path, session_options(threads), providers=providers)
+        return self._encoder
+
+    @encoder.setter
+    def encoder(self, session) -> None:
+        self._encoder = session
+
+    @property
     def decoder(self) -> ort.InferenceSession:
         """ONNX Runtime's session of the decoder graph (built on first use when the compiled step serves)."""
         if self._decoder is None:
@@ -149,6 +167,8 @@ class OnnxModel:
 
     def encode(self, src_ids: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """src_ids (B, S) -> per layer memory keys (B, h, d_k, S) and values (B, h, S, d_k)."""
+        if self.native_encoder is not None:
+            return self.native_encoder.encode(src_ids)
         out = dict(zip(self._enc_out, self.encoder.run(
             self._enc_out, {"src_ids": np.ascontiguousarray(src_ids, dtype=np.int32)}), strict=True))
         return graphs.split_memory(out, self.spec.layers)
