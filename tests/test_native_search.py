@@ -144,3 +144,26 @@ def test_served_decodes_of_the_held_out_sentences_equal_the_python_search(demo_r
                          for r in (*bulk, *alone, *both)]
     assert got[True] == got[False]
     assert got[True][96:160] == got[True][160:]  # alone and in bulk: the same bits
+
+
+def test_move_rows_moves_every_arrays_rows_as_numpy_indexing_does():
+    """``move_rows`` (the rows of the search's and the engine's arrays when sentences leave) against
+    numpy's ``a[dst] = a[src]``: overlapping moves (a rotation) read every source first; every
+    dtype and row shape; bad calls refused by name."""
+    if native.module is None:
+        pytest.skip("nmtserve_native is not installed")
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((7, 3, 5)).astype(np.float32), rng.integers(0, 9, (7, 4)).astype(np.int64),
+              rng.integers(0, 2, 7).astype(bool), rng.integers(-5, 5, (7, 2, 2, 3)).astype(np.int16)]
+    for dst, src in ([0, 2], [6, 5]), ([0, 1, 2, 3], [1, 2, 3, 0]), ([], []):
+        dst, src = np.array(dst, np.int64), np.array(src, np.int64)
+        want = [a.copy() for a in arrays]
+        for a in want:
+            a[dst] = a[src]
+        native.module.move_rows(arrays, dst, src)
+        for got, expected in zip(arrays, want, strict=True):
+            np.testing.assert_array_equal(got, expected)
+    with pytest.raises(ValueError, match="move_rows: a row is out of range"):
+        native.module.move_rows(arrays, np.array([7]), np.array([0]))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        native.module.move_rows([np.zeros((4, 4))[:, ::2]], np.array([0]), np.array([1]))

@@ -13,6 +13,7 @@
 // steps (fairseq's last step); a batch with any of them live takes the Python step.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <algorithm>
 #include <cmath>
@@ -341,6 +342,36 @@ void follow_parents(const py::array_t<int32_t, py::array::c_style> &table_obj,
   }
 }
 
+// Rows of many arrays at once (the search's and the engine's per-sentence arrays when sentences
+// leave): in each array, row dst[j] = row src[j] (row = the first axis), every source row read
+// before any is written (numpy's ``a[dst] = a[src]``). One call instead of one indexing a array.
+void move_rows(const std::vector<py::array> &arrays, const py::array_t<int64_t, py::array::c_style> &dst,
+               const py::array_t<int64_t, py::array::c_style> &src) {
+  if (dst.ndim() != 1 || src.ndim() != 1 || dst.shape(0) != src.shape(0)) {
+    throw std::invalid_argument("move_rows: dst and src are int64 vectors of one length");
+  }
+  const py::ssize_t n = dst.shape(0);
+  const int64_t *to = dst.data(), *from = src.data();
+  for (const py::array &a : arrays) {
+    if (a.ndim() < 1 || !(a.flags() & py::array::c_style) || !a.writeable()) {
+      throw std::invalid_argument("move_rows: every array must be writeable and C-contiguous, with rows");
+    }
+    for (py::ssize_t j = 0; j < n; ++j) {
+      if (to[j] < 0 || to[j] >= a.shape(0) || from[j] < 0 || from[j] >= a.shape(0)) {
+        throw std::invalid_argument("move_rows: a row is out of range");
+      }
+    }
+  }
+  std::vector<char> rows;
+  for (const py::array &a : arrays) {
+    const size_t row = a.shape(0) ? static_cast<size_t>(a.nbytes() / a.shape(0)) : 0;
+    char *data = static_cast<char *>(const_cast<void *>(a.data()));
+    rows.resize(row * n);
+    for (py::ssize_t j = 0; j < n; ++j) std::copy_n(data + from[j] * row, row, rows.data() + j * row);
+    for (py::ssize_t j = 0; j < n; ++j) std::copy_n(rows.data() + j * row, row, data + to[j] * row);
+  }
+}
+
 }  // namespace
 
 namespace nmtnative {
@@ -362,5 +393,7 @@ PYBIND11_MODULE(nmtserve_native, module) {
              py::arg("hi"), "The engine's ancestor table: rows [0, size) over times [lo, hi) follow their parents.");
   module.def("apply", &apply, py::arg("state"), py::arg("confidence"), py::arg("attention") = py::none(),
              "The last ranking applied once its finishing candidates are in their pools.");
+  module.def("move_rows", &move_rows, py::arg("arrays"), py::arg("dst"), py::arg("src"),
+             "In every array (C-contiguous, rows on the first axis) row dst[j] = row src[j], sources read first.");
   nmtnative::register_decoder_step(module);
 }

@@ -472,9 +472,12 @@ class BeamBatch:
         order = np.asarray(order, dtype=np.int64)
         moved = np.flatnonzero(order != np.arange(len(order)))
         if len(moved):
-            for name in _ROW_ARRAYS:
-                array = getattr(self, name)
-                array[moved] = array[order[moved]]  # the right side is a copy: overlaps are safe
+            arrays = [getattr(self, name) for name in _ROW_ARRAYS]
+            if _native.module is not None:  # one call for every array
+                _native.module.move_rows(arrays, moved, order[moved])
+            else:
+                for array in arrays:
+                    array[moved] = array[order[moved]]  # the right side is a copy: overlaps are safe
         self.pools = [self.pools[i] for i in order.tolist()]
         self.options = [self.options[i] for i in order.tolist()]
         self.terms = [self.terms[i] for i in order.tolist()]

@@ -682,11 +682,18 @@ class _Group:
         moved = np.flatnonzero(order != np.arange(len(order)))
         if len(moved):
             src = order[moved]
-            for array in (self.start, self.src_len, self.table):
-                array[moved] = array[src]
-            dev_moved, dev_src = self.arrays.asarray(moved), self.arrays.asarray(src)
-            for buf in (*self.keys, *self.values):
-                buf[dev_moved] = buf[dev_src]
+            host = [self.start, self.src_len, self.table]
+            if self.arrays is HOST:  # the memories are host arrays too: one move of every row
+                host += [*self.keys, *self.values]
+            if native.module is not None:
+                native.module.move_rows(host, moved, src)
+            else:
+                for array in host:
+                    array[moved] = array[src]
+            if self.arrays is not HOST:
+                dev_moved, dev_src = self.arrays.asarray(moved), self.arrays.asarray(src)
+                for buf in (*self.keys, *self.values):
+                    buf[dev_moved] = buf[dev_src]
         self.members = [self.members[r] for r in order.tolist()]
 
     def shift(self, lo: int, g: int) -> None:
