@@ -278,37 +278,48 @@ def _metric(demo_server, name: str) -> float:
 def test_concurrent_one_sentence_requests_decode_in_one_batch(demo_server, reference):
     """32 clients (the export's --max-batch) send one sentence each at the same moment, over gRPC
     and HTTP: each gets its own translation, and they decode together (the steps run are about one
-    sentence's length, not the sum of all: the engine metrics say so)."""
+    sentence's length, not the sum of all: the engine metrics say so). Sharing depends on the
+    requests arriving within a few steps of each other: a round the machine stalled for (seen once
+    in a full-suite run: 259 steps where 85-112 are usual) is tried once more; an engine that does
+    not batch fails both."""
     import threading
     import time
 
     texts, want, _ = reference
-    time.sleep(1.2)  # the engine reports its counters every 0.5 s
-    steps_before = _metric(demo_server, "nmtserve_decode_steps_total")
-    sentences_before = _metric(demo_server, "nmtserve_sentences_total")
-    requests_before = _metric(demo_server, "nmtserve_requests_total")
-    seconds_before = _metric(demo_server, "nmtserve_request_seconds_total")
-    barrier = threading.Barrier(32)
-
-    def run(i):
-        module = grpcclient if i % 2 else httpclient
-        url = demo_server.urls.grpc_address if i % 2 else demo_server.urls.http_address
-        client = module.InferenceServerClient(url)
-        barrier.wait()
-        return infer(client, module, [texts[i]])[0]
-
-    with ThreadPoolExecutor(32) as pool:
-        got = list(pool.map(run, range(32)))
-    assert got == [[want[i]] for i in range(32)]
-    time.sleep(1.2)
-    steps = _metric(demo_server, "nmtserve_decode_steps_total") - steps_before
-    assert _metric(demo_server, "nmtserve_sentences_total") - sentences_before == 32
     one_by_one = sum(len(t.split()) + 2 for t in want[:32])  # at least a step per target token, each
-    # Summed over the decode loops (2 on a 2-core machine), each running its share of the batch.
-    assert steps < one_by_one / 2, f"{steps} steps for 32 concurrent sentences: they did not share steps"
-    requests = _metric(demo_server, "nmtserve_requests_total") - requests_before
-    seconds = _metric(demo_server, "nmtserve_request_seconds_total") - seconds_before
-    assert requests == 32 and 0 < seconds / requests < 30  # the average queue + decode time per request
+    rounds = []
+    for _ in range(2):
+        time.sleep(1.2)  # the engine reports its counters every 0.5 s
+        steps_before = _metric(demo_server, "nmtserve_decode_steps_total")
+        sentences_before = _metric(demo_server, "nmtserve_sentences_total")
+        requests_before = _metric(demo_server, "nmtserve_requests_total")
+        seconds_before = _metric(demo_server, "nmtserve_request_seconds_total")
+        barrier = threading.Barrier(32)
+
+        def run(i, barrier=barrier):
+            module = grpcclient if i % 2 else httpclient
+            url = demo_server.urls.grpc_address if i % 2 else demo_server.urls.http_address
+            client = module.InferenceServerClient(url)
+            barrier.wait()
+            return infer(client, module, [texts[i]])[0]
+
+        started = time.monotonic()
+        with ThreadPoolExecutor(32) as pool:
+            got = list(pool.map(run, range(32)))
+        elapsed = time.monotonic() - started
+        assert got == [[want[i]] for i in range(32)]
+        time.sleep(1.2)
+        steps = _metric(demo_server, "nmtserve_decode_steps_total") - steps_before
+        assert _metric(demo_server, "nmtserve_sentences_total") - sentences_before == 32
+        requests = _metric(demo_server, "nmtserve_requests_total") - requests_before
+        seconds = _metric(demo_server, "nmtserve_request_seconds_total") - seconds_before
+        assert requests == 32 and 0 < seconds / requests < 30  # the average queue + decode time per request
+        rounds.append(f"{steps:.0f} steps in {elapsed:.2f} s (average request {seconds / requests * 1e3:.0f} ms)")
+        # Summed over the decode loops (2 on a 2-core machine), each running its share of the batch.
+        if steps < one_by_one / 2:
+            break
+    else:
+        pytest.fail(f"32 concurrent sentences did not share steps (one by one: ~{one_by_one}): {'; '.join(rounds)}")
     assert 0 <= _metric(demo_server, "nmtserve_batch_occupancy") <= 1
     # The served engine's search step is the compiled one where it is installed (CI installs it).
     from nmtserve.decoding import native
