@@ -92,6 +92,17 @@ T *mutable_checked(py::array &a, const char *name, std::vector<py::ssize_t> shap
   return static_cast<T *>(a.mutable_data());
 }
 
+// A vocabulary's embedding: embed (V, d) fp32, or embed.w8 (V, d) int8 with embed.rows_scale (V);
+// positions (P, d) from row ``offset``; the token's row times ``scale``, plus the position's row
+// (then embed_norm, where there is one).
+struct Embedding {
+  const float *table = nullptr, *row_scale = nullptr, *positions = nullptr;
+  const int8_t *table8 = nullptr;
+  int rows = 0, position_rows = 0, offset = 0;
+  float scale = 1.f;
+  std::optional<Norm> norm;
+};
+
 // What the compiled graphs (the decoder's step, the encoder) share: the kernels, their weights read
 // out of the graph's arrays (a product's packed for its kernel), and the products themselves.
 class Products {
@@ -144,6 +155,42 @@ class Products {
   }
   std::optional<Norm> optional_norm(const py::dict &weights, const py::dict &eps, const std::string &key, int d) {
     return weights.contains(key + ".w") ? std::optional<Norm>(norm(weights, eps, key, d)) : std::nullopt;
+  }
+
+  Embedding embedding(const py::dict &weights, const py::dict &eps, int d, float scale, int offset) {
+    Embedding e;
+    e.scale = scale, e.offset = offset;
+    const bool int8 = weights.contains("embed.w8");
+    py::array table = weights[int8 ? "embed.w8" : "embed"].cast<py::array>();
+    e.rows = static_cast<int>(table.shape(0));
+    if (int8) {
+      e.table8 = checked<int8_t>(table, "embed.w8", {-1, d}, what_);
+      keep_.push_back(table);
+      e.row_scale = weight(weights, "embed.rows_scale", {e.rows});
+      uses_int8_ = true;
+    } else {
+      e.table = weight(weights, "embed", {-1, d});
+    }
+    e.positions = weight(weights, "positions", {-1, d});
+    e.position_rows = static_cast<int>(weights["positions"].cast<py::array>().shape(0));
+    e.norm = optional_norm(weights, eps, "embed_norm", d);
+    return e;
+  }
+  // Token ``id`` at ``position`` (checked by the caller) into out (d).
+  void embed(const Embedding &e, int id, int position, int d, float *out) const {
+    const float *p = e.positions + static_cast<size_t>(position + e.offset) * d;
+    if (e.table8) {  // the int8 table's row: its codes times the row's scale (the graph's Cast, Mul)
+      const int8_t *row = e.table8 + static_cast<size_t>(id) * d;
+      const float rs = e.row_scale[id];
+      for (int c = 0; c < d; ++c) {
+        const float v = static_cast<float>(row[c]) * rs;
+        out[c] = (e.scale != 1.f ? v * e.scale : v) + p[c];
+      }
+    } else {
+      const float *row = e.table + static_cast<size_t>(id) * d;
+      for (int c = 0; c < d; ++c) out[c] = (e.scale != 1.f ? row[c] * e.scale : row[c]) + p[c];
+    }
+    if (e.norm) k_.layer_norm(out, d, e.norm->w, e.norm->b, e.norm->eps, out);
   }
 
   // W (K, N) int8, element (k, n) at w[k * k_stride + n * n_stride], packed for the int8 kernels.
@@ -260,8 +307,6 @@ class DecoderStep : Products {
     align_layer_ = cfg("alignment_layer").cast<int>();
     pre_norm_ = cfg("pre_norm").cast<bool>();
     tied_ = cfg("tied").cast<bool>();
-    emb_scale_ = cfg("embed_scale").cast<float>();
-    pos_offset_ = cfg("position_offset").cast<int>();
     if (d_ % h_ || n_layers_ < 1 || vocab_ < 1 || candidates_ < 1 || candidates_ > vocab_ || align_layer_ < 0 ||
         align_layer_ >= n_layers_ || activation_ < 0 || activation_ > 2) {
       throw std::invalid_argument("native decoder step: inconsistent configuration");
@@ -276,22 +321,7 @@ class DecoderStep : Products {
     auto linear = [&](const std::string &key, int rows, int cols, bool has_bias) {
       return Products::linear(weights, key, rows, cols, has_bias);
     };
-    // The target embedding table: embed (V, d) fp32, or embed.w8 (V, d) int8 with embed.rows_scale (V).
-    const bool embed8 = weights.contains("embed.w8");
-    py::array table = weights[embed8 ? "embed.w8" : "embed"].cast<py::array>();
-    embed_rows_ = static_cast<int>(table.shape(0));
-    if (embed8) {
-      embed8_ = checked<int8_t>(table, "embed.w8", {-1, d_});
-      keep_.push_back(table);
-      embed_row_scale_ = w("embed.rows_scale", {embed_rows_});
-      uses_int8_ = true;
-    } else {
-      embed_ = w("embed", {-1, d_});
-    }
-    py::array positions = weights["positions"].cast<py::array>();
-    positions_ = w("positions", {-1, d_});
-    position_rows_ = static_cast<int>(positions.shape(0));
-    embed_norm_ = optional_norm("embed_norm");
+    embed_ = embedding(weights, eps, d_, cfg("embed_scale").cast<float>(), cfg("position_offset").cast<int>());
     first_norm_ = optional_norm("first_norm");
     final_norm_ = optional_norm("final_norm");
     if (pre_norm_ != first_norm_.has_value()) throw std::invalid_argument("native decoder step: pre-norm needs first_norm");
@@ -463,11 +493,11 @@ class DecoderStep : Products {
   }
   void check_tokens(const Inputs &in) const {
     for (py::ssize_t n = 0; n < in.B * in.K; ++n) {
-      if (in.ids[n] < 0 || in.ids[n] >= embed_rows_) throw std::invalid_argument("native decoder step: a token id is out of range");
+      if (in.ids[n] < 0 || in.ids[n] >= embed_.rows) throw std::invalid_argument("native decoder step: a token id is out of range");
     }
     for (py::ssize_t b = 0; b < in.B; ++b) {
-      const long p = static_cast<long>(in.position[b]) + pos_offset_;
-      if (p < 0 || p >= position_rows_) throw std::invalid_argument("native decoder step: a position is out of range");
+      const long p = static_cast<long>(in.position[b]) + embed_.offset;
+      if (p < 0 || p >= embed_.position_rows) throw std::invalid_argument("native decoder step: a position is out of range");
     }
   }
   // The step's outputs (new K/V written at new_key / new_value, (B * K, L, h, d_k) each).
@@ -513,22 +543,7 @@ class DecoderStep : Products {
     scores.resize(longest + 1), probs.resize((K + 1) * S + 1);
     const std::vector<std::vector<int>> &times = lists.times, &sources = lists.sources;
     // Embedding: token row * scale + position row (+ LayerNorm).
-    for (size_t n = 0; n < N; ++n) {
-      const float *p = positions_ + static_cast<size_t>(in.position[n / K] + pos_offset_) * d;
-      float *xn = x.data() + n * d;
-      if (embed8_) {  // the int8 table's row: its codes times the row's scale (the graph's Cast, Mul)
-        const int8_t *e = embed8_ + static_cast<size_t>(in.ids[n]) * d;
-        const float rs = embed_row_scale_[in.ids[n]];
-        for (int c = 0; c < d; ++c) {
-          const float v = static_cast<float>(e[c]) * rs;
-          xn[c] = (emb_scale_ != 1.f ? v * emb_scale_ : v) + p[c];
-        }
-      } else {
-        const float *e = embed_ + static_cast<size_t>(in.ids[n]) * d;
-        for (int c = 0; c < d; ++c) xn[c] = (emb_scale_ != 1.f ? e[c] * emb_scale_ : e[c]) + p[c];
-      }
-      if (embed_norm_) k_.layer_norm(xn, d, embed_norm_->w, embed_norm_->b, embed_norm_->eps, xn);
-    }
+    for (size_t n = 0; n < N; ++n) embed(embed_, in.ids[n], in.position[n / K], d, x.data() + n * d);
     for (size_t n = 0; n < N; ++n) {
       if (pre_norm_) {
         k_.layer_norm(x.data() + n * d, d, first_norm_->w, first_norm_->b, first_norm_->eps, y.data() + n * d);
@@ -593,12 +608,10 @@ class DecoderStep : Products {
 
   int d_, h_, dk_, n_layers_, vocab_, d_ff_, candidates_, activation_, align_layer_;
   bool pre_norm_, tied_;
-  float emb_scale_;
-  int pos_offset_, embed_rows_ = 0, position_rows_ = 0;
-  const float *embed_ = nullptr, *positions_ = nullptr, *embed_row_scale_ = nullptr, *logits_mask_ = nullptr;
-  const int8_t *embed8_ = nullptr;
+  Embedding embed_;
+  const float *logits_mask_ = nullptr;
   Linear generator_;
-  std::optional<Norm> embed_norm_, first_norm_, final_norm_;
+  std::optional<Norm> first_norm_, final_norm_;
   std::vector<Layer> layers_;
 };
 
@@ -621,27 +634,12 @@ class EncoderStep : Products {
     d_ff_ = cfg("d_ff").cast<int>();
     activation_ = cfg("activation").cast<int>();
     pre_norm_ = cfg("pre_norm").cast<bool>();
-    emb_scale_ = cfg("embed_scale").cast<float>();
-    pos_offset_ = cfg("position_offset").cast<int>();
     pad_id_ = cfg("pad_id").cast<int>();
     if (d_ % h_ || n_layers_ < 1 || memory_layers_ < 1 || activation_ < 0 || activation_ > 2) {
       fail("inconsistent configuration");
     }
     const py::dict eps = config["eps"].cast<py::dict>();
-    const bool embed8 = weights.contains("embed.w8");
-    py::array table = weights[embed8 ? "embed.w8" : "embed"].cast<py::array>();
-    embed_rows_ = static_cast<int>(table.shape(0));
-    if (embed8) {
-      embed8_ = checked<int8_t>(table, "embed.w8", {-1, d_}, what_);
-      keep_.push_back(table);
-      embed_row_scale_ = weight(weights, "embed.rows_scale", {embed_rows_});
-      uses_int8_ = true;
-    } else {
-      embed_ = weight(weights, "embed", {-1, d_});
-    }
-    positions_ = weight(weights, "positions", {-1, d_});
-    position_rows_ = static_cast<int>(weights["positions"].cast<py::array>().shape(0));
-    embed_norm_ = optional_norm(weights, eps, "embed_norm", d_);
+    embed_ = embedding(weights, eps, d_, cfg("embed_scale").cast<float>(), cfg("position_offset").cast<int>());
     first_norm_ = optional_norm(weights, eps, "first_norm", d_);
     final_norm_ = optional_norm(weights, eps, "final_norm", d_);
     if (pre_norm_ != first_norm_.has_value()) fail("pre-norm needs first_norm");
@@ -667,7 +665,7 @@ class EncoderStep : Products {
     if (src_ids.ndim() != 2) fail("src_ids must be (B, S)");
     const py::ssize_t B = src_ids.shape(0), S = src_ids.shape(1);
     const int32_t *ids = checked<int32_t>(src_ids, "src_ids", {B, S}, what_);
-    if (S + pos_offset_ > position_rows_) {
+    if (S + embed_.offset > embed_.position_rows) {
       fail("a source of " + std::to_string(S) + " tokens is longer than the position table");
     }
     // Each sentence's real tokens: their positions, and their rows in the batch's product rows.
@@ -675,7 +673,7 @@ class EncoderStep : Products {
     for (py::ssize_t b = 0; b < B; ++b) {
       for (py::ssize_t s = 0; s < S; ++s) {
         const int32_t id = ids[b * S + s];
-        if (id < 0 || id >= embed_rows_) fail("a token id is out of range");
+        if (id < 0 || id >= embed_.rows) fail("a token id is out of range");
         if (id != pad_id_) positions.push_back(static_cast<int>(s));
       }
       first[b + 1] = static_cast<int>(positions.size());
@@ -723,22 +721,7 @@ class EncoderStep : Products {
     // Embedding: token row * scale + position row (+ LayerNorm).
     for (size_t b = 0; b < B; ++b) {
       for (int n = first[b]; n < first[b + 1]; ++n) {
-        const int s = positions[n];
-        const int32_t id = ids[b * S + s];
-        const float *p = positions_ + static_cast<size_t>(s + pos_offset_) * d;
-        float *xn = x.data() + static_cast<size_t>(n) * d;
-        if (embed8_) {  // the int8 table's row: its codes times the row's scale (the graph's Cast, Mul)
-          const int8_t *e = embed8_ + static_cast<size_t>(id) * d;
-          const float rs = embed_row_scale_[id];
-          for (int c = 0; c < d; ++c) {
-            const float v = static_cast<float>(e[c]) * rs;
-            xn[c] = (emb_scale_ != 1.f ? v * emb_scale_ : v) + p[c];
-          }
-        } else {
-          const float *e = embed_ + static_cast<size_t>(id) * d;
-          for (int c = 0; c < d; ++c) xn[c] = (emb_scale_ != 1.f ? e[c] * emb_scale_ : e[c]) + p[c];
-        }
-        if (embed_norm_) k_.layer_norm(xn, d, embed_norm_->w, embed_norm_->b, embed_norm_->eps, xn);
+        embed(embed_, ids[b * S + positions[n]], positions[n], d, x.data() + static_cast<size_t>(n) * d);
       }
     }
     for (size_t n = 0; n < N; ++n) {
@@ -797,11 +780,9 @@ class EncoderStep : Products {
 
   int d_, h_, dk_, n_layers_, memory_layers_, d_ff_, activation_;
   bool pre_norm_;
-  float emb_scale_;
-  int pos_offset_, pad_id_, embed_rows_ = 0, position_rows_ = 0;
-  const float *embed_ = nullptr, *positions_ = nullptr, *embed_row_scale_ = nullptr;
-  const int8_t *embed8_ = nullptr;
-  std::optional<Norm> embed_norm_, first_norm_, final_norm_;
+  int pad_id_;
+  Embedding embed_;
+  std::optional<Norm> first_norm_, final_norm_;
   std::vector<Layer> layers_;
   Linear memory_;
 };

@@ -66,19 +66,19 @@ class Unsupported(ValueError):
     """The decoder graph is not one the compiled step runs (it stays on ONNX Runtime)."""
 
 
-def read_cpu_decoder(path: Path, spec: ModelSpec) -> tuple[dict, dict[str, np.ndarray]]:
-    """(config, weights) of a fused CPU decoder graph, as ``DecoderStep`` takes them."""
+def _open_cpu_graph(path: Path, graph_name: str, part: str, what: str):
+    """A fused CPU graph's (graph, initializers, nodes, array reader), once it is checked to be one
+    the compiled ``what`` computes: written by cpu_graph.py as ``graph_name``, fp32 or int8 as
+    quantize.py writes it. ``array(name)``: an initializer's float32 array (mapped where external)."""
     import onnx
 
-    path = Path(path)
-    model = onnx.load(str(path), load_external_data=False)
-    g = model.graph
-    if g.name != "nmtserve_decoder_cpu":
-        raise Unsupported(f"{path.name} is not the fused CPU decoder (graph {g.name!r})")
+    g = onnx.load(str(path), load_external_data=False).graph
+    if g.name != graph_name:
+        raise Unsupported(f"{path.name} is not the fused CPU {part} (graph {g.name!r})")
     ops = {n.op_type for n in g.node}
     other = ops & {"DynamicQuantizeMatMul", "MatMulInteger", "DynamicQuantizeLinear", "QLinearMatMul", "MatMulNBits"}
     if other:
-        raise Unsupported(f"{path.name} is quantized in a form the compiled step does not compute "
+        raise Unsupported(f"{path.name} is quantized in a form the compiled {what} does not compute "
                           f"({', '.join(sorted(other))})")
     init = {t.name: t for t in g.initializer}
     nodes = {n.name: n for n in g.node}
@@ -92,6 +92,30 @@ def read_cpu_decoder(path: Path, spec: ModelSpec) -> tuple[dict, dict[str, np.nd
         if a.dtype != np.float32 and a.dtype.kind == "f":
             raise Unsupported(f"{name} is {a.dtype}, not float32")
         return a
+
+    return g, init, nodes, array
+
+
+def _stack(nodes: dict, norm, embed: str, stack: str, first: str) -> tuple[bool, str]:
+    """A stack's norms outside its layers (``norm(key, node)`` records each: the embedding's, the
+    first layer's input norm of a pre-norm stack, a final norm) -> (pre-norm, the activation)."""
+    if f"/{embed}/norm" in nodes:
+        norm("embed_norm", f"/{embed}/norm")
+    pre_norm = f"/{stack}_layers.0/{first}/norm" in nodes
+    if pre_norm:
+        norm("first_norm", f"/{stack}_layers.0/{first}/norm")
+    if f"/{stack}_norm" in nodes:
+        norm("final_norm", f"/{stack}_norm")
+    activation = next((a for a in ACTIVATIONS if f"/{stack}_layers.0/ffn/{a}" in nodes), None)
+    if activation is None:
+        raise Unsupported(f"the {stack}'s feed-forward activation is not relu, gelu or swish")
+    return pre_norm, activation
+
+
+def read_cpu_decoder(path: Path, spec: ModelSpec) -> tuple[dict, dict[str, np.ndarray]]:
+    """(config, weights) of a fused CPU decoder graph, as ``DecoderStep`` takes them."""
+    path = Path(path)
+    g, init, nodes, array = _open_cpu_graph(path, "nmtserve_decoder_cpu", "decoder", "step")
 
     def eps(node_name: str) -> float:
         node = nodes[node_name]
@@ -130,16 +154,7 @@ def read_cpu_decoder(path: Path, spec: ModelSpec) -> tuple[dict, dict[str, np.nd
         weights[f"{key}.b"] = array(f"{node_name}.bias")
         config["eps"][key] = eps(node_name)
 
-    if "/tgt_embed/norm" in nodes:
-        norm("embed_norm", "/tgt_embed/norm")
-    pre_norm = "/decoder_layers.0/sub_self/norm" in nodes
-    if pre_norm:
-        norm("first_norm", "/decoder_layers.0/sub_self/norm")
-    if "/decoder_norm" in nodes:
-        norm("final_norm", "/decoder_norm")
-    activation = next((a for a in ACTIVATIONS if f"/decoder_layers.0/ffn/{a}" in nodes), None)
-    if activation is None:
-        raise Unsupported("the feed-forward activation is not relu, gelu or swish")
+    pre_norm, activation = _stack(nodes, norm, "tgt_embed", "decoder", "sub_self")
     attention = nodes.get("/attention")
     if attention is None:
         raise Unsupported("the graph has no attention output")
@@ -187,31 +202,8 @@ def read_cpu_decoder(path: Path, spec: ModelSpec) -> tuple[dict, dict[str, np.nd
 def read_cpu_encoder(path: Path, spec: ModelSpec) -> tuple[dict, dict[str, np.ndarray]]:
     """(config, weights) of a fused CPU encoder graph (``cpu_graph.build_cpu_encoder``, fp32 or int8
     as ``quantize`` writes it), as ``EncoderStep`` takes them."""
-    import onnx
-
     path = Path(path)
-    model = onnx.load(str(path), load_external_data=False)
-    g = model.graph
-    if g.name != "nmtserve_encoder_cpu":
-        raise Unsupported(f"{path.name} is not the fused CPU encoder (graph {g.name!r})")
-    ops = {n.op_type for n in g.node}
-    other = ops & {"DynamicQuantizeMatMul", "MatMulInteger", "DynamicQuantizeLinear", "QLinearMatMul", "MatMulNBits"}
-    if other:
-        raise Unsupported(f"{path.name} is quantized in a form the compiled encoder does not compute "
-                          f"({', '.join(sorted(other))})")
-    init = {t.name: t for t in g.initializer}
-    nodes = {n.name: n for n in g.node}
-    if ops & {"MatMulIntegerToFloat", "QGemm"}:
-        _check_int8_scheme(path, init, nodes)
-
-    def array(name: str) -> np.ndarray:
-        if name not in init:
-            raise Unsupported(f"{path.name} has no initializer {name!r}")
-        a = _initializer(init[name], path.parent)
-        if a.dtype != np.float32 and a.dtype.kind == "f":
-            raise Unsupported(f"{name} is {a.dtype}, not float32")
-        return a
-
+    g, init, nodes, array = _open_cpu_graph(path, "nmtserve_encoder_cpu", "encoder", "encoder")
     weights: dict[str, np.ndarray] = {}
     config: dict = {"eps": {}}
 
@@ -239,16 +231,7 @@ def read_cpu_encoder(path: Path, spec: ModelSpec) -> tuple[dict, dict[str, np.nd
     else:
         weights["embed"] = array(table)
     weights["positions"] = array("src_embed.positions")
-    if "/src_embed/norm" in nodes:
-        norm("embed_norm", "/src_embed/norm")
-    pre_norm = "/encoder_layers.0/sub_attn/norm" in nodes
-    if pre_norm:
-        norm("first_norm", "/encoder_layers.0/sub_attn/norm")
-    if "/encoder_norm" in nodes:
-        norm("final_norm", "/encoder_norm")
-    activation = next((a for a in ACTIVATIONS if f"/encoder_layers.0/ffn/{a}" in nodes), None)
-    if activation is None:
-        raise Unsupported("the encoder's feed-forward activation is not relu, gelu or swish")
+    pre_norm, activation = _stack(nodes, norm, "src_embed", "encoder", "sub_attn")
     layers = 0
     while f"/encoder_layers.{layers}/self_attn/out_proj/norm" in nodes:
         p = f"/encoder_layers.{layers}"
