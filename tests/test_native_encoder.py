@@ -131,8 +131,9 @@ def test_graphs_it_cannot_run_stay_on_onnx_runtime(tmp_path, monkeypatch):
     spec = _spec(model)
     path = build_cpu_encoder(model, tmp_path / "encoder.onnx")
     assert native_step.load_encoder(path, spec) is not None
-    monkeypatch.setenv(native_step.ENV, "0")
-    assert native_step.load_encoder(path, spec) is None
-    monkeypatch.delenv(native_step.ENV)
+    for env in (native_step.ENV, native_step.ENCODER_ENV):
+        monkeypatch.setenv(env, "0")
+        assert native_step.load_encoder(path, spec) is None
+        monkeypatch.delenv(env)
     with pytest.raises(native_step.Unsupported, match="not the fused CPU encoder"):
         native_step.NativeEncoder(build_cpu_decoder(model, tmp_path / "decoder.onnx"), spec)  # another graph

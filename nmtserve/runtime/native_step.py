@@ -354,11 +354,15 @@ class NativeEncoder:
         return list(keys), list(values)
 
 
+ENCODER_ENV = "NMTSERVE_NATIVE_ENCODER"
+
+
 def load_encoder(path: Path, spec: ModelSpec) -> NativeEncoder | None:
-    """The compiled encoder where the graph allows it and ``NMTSERVE_NATIVE_STEP`` is not ``0`` (the
-    same switch and size rule as the step's)."""
+    """The compiled encoder where the graph allows it and neither ``NMTSERVE_NATIVE_STEP`` nor
+    ``NMTSERVE_NATIVE_ENCODER`` is ``0`` (the step's size rule; ``NMTSERVE_NATIVE_STEP=1`` asks for it
+    at any size)."""
     setting = os.environ.get(ENV, "")
-    if setting == "0":
+    if setting == "0" or os.environ.get(ENCODER_ENV, "") == "0":
         return None
     try:
         encoder = NativeEncoder(path, spec, None if setting == "1" else FP32_LARGEST_D_MODEL)
