@@ -8,7 +8,8 @@ exported as served at each precision (the fused CPU decoder; int8 as ``--precisi
 it), one engine (``InflightBatcher``, one decode
 loop, one ONNX Runtime thread, beam 4) decodes the same sentences with its decoder step on
 ``nmtserve_native.DecoderStep`` and on ONNX Runtime in alternating rounds (compiled, ONNX
-Runtime, compiled, ...), the encoder on ONNX Runtime in both:
+Runtime, compiled, ...), the encoder the same in both (compiled where the step's rule allows it,
+``NMTSERVE_NATIVE_ENCODER=0``: ONNX Runtime):
 
 * ``one``: ``--one`` requests of one sentence, one at a time;
 * ``bulk``: ``--sentences`` sentences in requests of ``--batch``.
@@ -24,6 +25,11 @@ one-sentence step and the last step of the largest batch), ``--calls`` calls eac
 step shares its products with ``nmtserve_native.step_threads()`` threads) against one thread
 (``set_step_threads(1)``); the keys then read ``seconds_shared`` / ``seconds_one_thread`` and
 ``one_thread_over_shared``. The engine has one decode loop here, so every step is a lone step.
+
+``--against onnxruntime-encoder``: the compiled step in both, the encoder compiled
+(``nmtserve_native.EncoderStep``) against ONNX Runtime's session of the same encoder graph; keys
+``seconds_native_encoder`` / ``seconds_onnxruntime_encoder``, and ``encode_us``: one call of each
+on one sentence and on ``--batch`` sentences, ``--calls`` calls each way, alternating.
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ from step_profile import (  # noqa: E402
 def main() -> None:
     parser = alternating_parser(__doc__)
     parser.add_argument("--calls", type=int, default=300)
-    parser.add_argument("--against", choices=("onnxruntime", "one-thread"), default="onnxruntime")
+    parser.add_argument("--against", choices=("onnxruntime", "one-thread", "onnxruntime-encoder"), default="onnxruntime")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     from nmtserve.decoding.search import SearchOptions
@@ -101,12 +107,19 @@ def _one(args, model_dir: Path, texts: list[str], tmp: Path, precision: str, opt
 
     threads = native_module.module.step_threads()
     entry["step_threads"] = threads
-    team = args.against == "one-thread"
-    names = ("shared", "one_thread") if team else ("native", "onnxruntime")
+    team, encoder = args.against == "one-thread", args.against == "onnxruntime-encoder"
+    names = (("shared", "one_thread") if team else ("native_encoder", "onnxruntime_encoder") if encoder
+             else ("native", "onnxruntime"))
+    compiled_encoder = model.native_encoder
+    if encoder and compiled_encoder is None:
+        raise SystemExit(f"{model_dir.name}/{precision}: the encoder does not run compiled here")
 
     def use(first: bool) -> None:  # the round's path: first = compiled (shared), else ORT (one thread)
         if team:
             native_module.module.set_step_threads(threads if first else 1)
+            return
+        if encoder:
+            model.native_encoder = compiled_encoder if first else None
             return
         model.native_step = compiled if first else None
         engine.pool_step = compiled.run_pool if first else None
@@ -136,6 +149,25 @@ def _one(args, model_dir: Path, texts: list[str], tmp: Path, precision: str, opt
         engine.stop()
         use(True)
     model.run_step = run_step
+    if encoder:
+        from nmtserve.graphs import pad_batch
+
+        encode_us: dict = {}
+        for b in (1, args.batch):
+            src = pad_batch(ids[:b], spec.pad_id, np.int32)
+            times = {True: 0.0, False: 0.0}
+            for native in (True, False, True, False):
+                use(native)
+                model.encode(src)
+                start = time.perf_counter()
+                for _ in range(max(2, args.calls // (2 * b))):
+                    model.encode(src)
+                times[native] += (time.perf_counter() - start) / max(2, args.calls // (2 * b)) / 2
+            encode_us[f"{b} sentences"] = {names[0]: round(1e6 * times[True], 1), names[1]: round(1e6 * times[False], 1)}
+        use(True)
+        entry["encode_us"] = encode_us
+        print(f"{model_dir.name}/{precision}", json.dumps(entry), flush=True)
+        return entry
     step_us: dict = {}
     for key, label in ((1, "one sentence"), (0, "full batch")):
         feeds = captured.get(key)
