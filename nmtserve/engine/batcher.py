@@ -682,7 +682,7 @@ class _Group:
         moved = np.flatnonzero(order != np.arange(len(order)))
         if len(moved):
             src = order[moved]
-            host = [self.start, self.src_len, self.table]
+            host: list[Any] = [self.start, self.src_len, self.table]
             if self.arrays is HOST:  # the memories are host arrays too: one move of every row
                 host += [*self.keys, *self.values]
             if native.module is not None:
