@@ -238,6 +238,8 @@ def profile_engine(art: Path, ids: list[list[int]], batch: int, threads: int, or
         model.decoder = Session(keep if capture else decoder_run, "session_run")
     model.encoder_session = model.encoder
     model.encoder = Session(encoder_run, "encoder")
+    if model.native_encoder is not None:  # the compiled encoder serves (runtime/native_step.py): time it
+        timers.wrap(model.native_encoder, "encode", "encoder")
     saved = {}
     if workers == 1:
         for owner, name, part in ((search_module.BeamBatch, "advance", "search"),
