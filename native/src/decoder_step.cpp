@@ -111,6 +111,8 @@ class Products {
 
   [[noreturn]] void fail(const std::string &message) const { throw std::invalid_argument(std::string(what_) + ": " + message); }
 
+  std::string kernels_name() const { return uses_int8_ ? std::string(k_.name) + " + int8 " + i8_.name : k_.name; }
+
   // An array read in place (norms, tables, biases): kept alive as long as this object.
   const float *weight(const py::dict &weights, const std::string &key, std::vector<py::ssize_t> shape) {
     if (!weights.contains(key)) fail("no weight " + key);
@@ -257,6 +259,19 @@ class Products {
     }
   }
 
+  // LN(x) of N rows of d into y (y may be x).
+  void norm_rows(const Norm &norm, const float *x, size_t N, int d, float *y) const {
+    for (size_t n = 0; n < N; ++n) k_.layer_norm(x + n * d, d, norm.w, norm.b, norm.eps, y + n * d);
+  }
+  // What the first layer reads of the embedded rows x: its input norm (pre-norm), else x itself.
+  void first_input(const std::optional<Norm> &first_norm, const float *x, size_t N, int d, float *y) const {
+    if (first_norm) {
+      norm_rows(*first_norm, x, N, d, y);
+    } else {
+      std::memcpy(y, x, sizeof(float) * N * d);
+    }
+  }
+
   // The feed-forward's activation, in place.
   void activate(int activation, float *hidden, size_t n) const {
     if (activation == kRelu) {
@@ -361,7 +376,7 @@ class DecoderStep : Products {
     logits_mask_ = w("logits_mask", {vocab_});
   }
 
-  std::string kernels_name() const { return uses_int8_ ? std::string(k_.name) + " + int8 " + i8_.name : k_.name; }
+  using Products::kernels_name;
 
   py::dict run(const py::array &input_ids, const py::array &position, const py::array &past_key,
                const py::array &past_value, const py::array &cache_rows, const py::array &past_mask,
@@ -544,13 +559,7 @@ class DecoderStep : Products {
     const std::vector<std::vector<int>> &times = lists.times, &sources = lists.sources;
     // Embedding: token row * scale + position row (+ LayerNorm).
     for (size_t n = 0; n < N; ++n) embed(embed_, in.ids[n], in.position[n / K], d, x.data() + n * d);
-    for (size_t n = 0; n < N; ++n) {
-      if (pre_norm_) {
-        k_.layer_norm(x.data() + n * d, d, first_norm_->w, first_norm_->b, first_norm_->eps, y.data() + n * d);
-      } else {
-        std::memcpy(y.data() + n * d, x.data() + n * d, sizeof(float) * d);
-      }
-    }
+    first_input(first_norm_, x.data(), N, d, y.data());
     const size_t row_stride = static_cast<size_t>(L) * d;  // one (time, cache row) of the pool
     for (int i = 0; i < L; ++i) {
       const Layer &l = layers_[i];
@@ -587,9 +596,7 @@ class DecoderStep : Products {
       activate(activation_, hidden.data(), N * d_ff_);
       residual(hidden.data(), l.fc2, N, d, pre_norm_, x.data(), y.data(), l.ffn_norm, tmp, step);
     }
-    if (final_norm_) {
-      for (size_t n = 0; n < N; ++n) k_.layer_norm(y.data() + n * d, d, final_norm_->w, final_norm_->b, final_norm_->eps, y.data() + n * d);
-    }
+    if (final_norm_) norm_rows(*final_norm_, y.data(), N, d, y.data());
     apply(generator_, y.data(), N, logits.data(), step);
     // Each row's log-softmax and top-k; rows go to the step's threads when it shares (each chunk
     // its own scratch row where the full log-probs are not an output).
@@ -657,7 +664,7 @@ class EncoderStep : Products {
     memory_ = linear(weights, "memory_kv", d_, 2 * memory_layers_ * d_, true);
   }
 
-  std::string kernels_name() const { return uses_int8_ ? std::string(k_.name) + " + int8 " + i8_.name : k_.name; }
+  using Products::kernels_name;
 
   // src_ids (B, S) int32 -> (memory keys, memory values): per decoder layer (B, h, d_k, S) and
   // (B, h, S, d_k), as the encoder graph's outputs.
@@ -713,10 +720,11 @@ class EncoderStep : Products {
     if (N == 0) return;
     size_t longest = 0;
     for (size_t b = 0; b < B; ++b) longest = std::max(longest, static_cast<size_t>(first[b + 1] - first[b]));
-    std::vector<float> x(N * d), y(N * d), qkv(N * 3 * d), mixed(N * d), tmp(N * d), hidden(N * d_ff_),
-        kv(N * 2 * memory_layers_ * d), keys(static_cast<size_t>(d) * longest), vals(static_cast<size_t>(d) * longest),
-        work((longest + 1) * longest + 1);
-    std::vector<int> order(longest);
+    thread_local std::vector<float> x, y, qkv, mixed, tmp, hidden, kv, keys, vals, work;  // capacity kept between calls
+    thread_local std::vector<int> order;
+    x.resize(N * d), y.resize(N * d), qkv.resize(N * 3 * d), mixed.resize(N * d), tmp.resize(N * d);
+    hidden.resize(N * d_ff_), kv.resize(N * 2 * memory_layers_ * d), keys.resize(static_cast<size_t>(d) * longest);
+    vals.resize(static_cast<size_t>(d) * longest), work.resize((longest + 1) * longest + 1), order.resize(longest);
     for (size_t c = 0; c < longest; ++c) order[c] = static_cast<int>(c);
     // Embedding: token row * scale + position row (+ LayerNorm).
     for (size_t b = 0; b < B; ++b) {
@@ -724,13 +732,7 @@ class EncoderStep : Products {
         embed(embed_, ids[b * S + positions[n]], positions[n], d, x.data() + static_cast<size_t>(n) * d);
       }
     }
-    for (size_t n = 0; n < N; ++n) {
-      if (pre_norm_) {
-        k_.layer_norm(x.data() + n * d, d, first_norm_->w, first_norm_->b, first_norm_->eps, y.data() + n * d);
-      } else {
-        std::memcpy(y.data() + n * d, x.data() + n * d, sizeof(float) * d);
-      }
-    }
+    first_input(first_norm_, x.data(), N, d, y.data());
     for (const Layer &l : layers_) {
       apply(l.qkv, y.data(), N, qkv.data(), step);
       for (size_t b = 0; b < B; ++b) {  // a sentence's tokens attend each other: keys (h, d_k, n), values (h, n, d_k)
@@ -755,9 +757,7 @@ class EncoderStep : Products {
       activate(activation_, hidden.data(), N * d_ff_);
       residual(hidden.data(), l.fc2, N, d, pre_norm_, x.data(), y.data(), l.ffn_norm, tmp, step);
     }
-    if (final_norm_) {
-      for (size_t n = 0; n < N; ++n) k_.layer_norm(y.data() + n * d, d, final_norm_->w, final_norm_->b, final_norm_->eps, y.data() + n * d);
-    }
+    if (final_norm_) norm_rows(*final_norm_, y.data(), N, d, y.data());
     // Every decoder layer's cross-attention K and V of the memory, one product: (N, 2 L d), then
     // each token's into its sentence's position.
     apply(memory_, y.data(), N, kv.data(), step);
@@ -803,13 +803,13 @@ void register_decoder_step(py::module_ &module) {
   py::class_<EncoderStep>(module, "EncoderStep",
                           "The fused CPU encoder graph in compiled code, from its weights (batch-invariant).")
       .def(py::init<const py::dict &, const py::dict &>(), py::arg("config"), py::arg("weights"))
-      .def_property_readonly("kernels", &EncoderStep::kernels_name)
+      .def_property_readonly("kernels", [](const EncoderStep &s) { return s.kernels_name(); })
       .def("run", &EncoderStep::run, py::arg("src_ids"),
            "src_ids (B, S) int32 -> (memory keys, memory values): per decoder layer (B, h, d_k, S) / (B, h, S, d_k).");
   py::class_<DecoderStep>(module, "DecoderStep",
                           "The fused CPU decoder graph's step in compiled code, from its weights (batch-invariant).")
       .def(py::init<const py::dict &, const py::dict &>(), py::arg("config"), py::arg("weights"))
-      .def_property_readonly("kernels", &DecoderStep::kernels_name)
+      .def_property_readonly("kernels", [](const DecoderStep &s) { return s.kernels_name(); })
       .def("run", &DecoderStep::run, py::arg("input_ids"), py::arg("position"), py::arg("past_key"),
            py::arg("past_value"), py::arg("cache_rows"), py::arg("past_mask"), py::arg("memory_keys"),
            py::arg("memory_values"), py::arg("src_mask"), py::arg("attention") = false, py::arg("log_probs") = false,

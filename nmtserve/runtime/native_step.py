@@ -38,8 +38,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -66,81 +67,94 @@ class Unsupported(ValueError):
     """The decoder graph is not one the compiled step runs (it stays on ONNX Runtime)."""
 
 
-def _open_cpu_graph(path: Path, graph_name: str, part: str, what: str):
-    """A fused CPU graph's (graph, initializers, nodes, array reader), once it is checked to be one
-    the compiled ``what`` computes: written by cpu_graph.py as ``graph_name``, fp32 or int8 as
-    quantize.py writes it. ``array(name)``: an initializer's float32 array (mapped where external)."""
-    import onnx
+class _GraphReader:
+    """A fused CPU graph, checked to be one the compiled ``what`` computes (written by cpu_graph.py
+    as ``graph_name``, fp32 or int8 as quantize.py writes it), and the ``config`` and ``weights``
+    being read out of it, by the builder's names, for ``DecoderStep`` / ``EncoderStep``."""
 
-    g = onnx.load(str(path), load_external_data=False).graph
-    if g.name != graph_name:
-        raise Unsupported(f"{path.name} is not the fused CPU {part} (graph {g.name!r})")
-    ops = {n.op_type for n in g.node}
-    other = ops & {"DynamicQuantizeMatMul", "MatMulInteger", "DynamicQuantizeLinear", "QLinearMatMul", "MatMulNBits"}
-    if other:
-        raise Unsupported(f"{path.name} is quantized in a form the compiled {what} does not compute "
-                          f"({', '.join(sorted(other))})")
-    init = {t.name: t for t in g.initializer}
-    nodes = {n.name: n for n in g.node}
-    if ops & {"MatMulIntegerToFloat", "QGemm"}:
-        _check_int8_scheme(path, init, nodes)
+    def __init__(self, path: Path, graph_name: str, part: str, what: str):
+        import onnx
 
-    def array(name: str) -> np.ndarray:
-        if name not in init:
-            raise Unsupported(f"{path.name} has no initializer {name!r}")
-        a = _initializer(init[name], path.parent)
+        self.path = path
+        self.g = g = onnx.load(str(path), load_external_data=False).graph
+        if g.name != graph_name:
+            raise Unsupported(f"{path.name} is not the fused CPU {part} (graph {g.name!r})")
+        ops = {n.op_type for n in g.node}
+        other = ops & {"DynamicQuantizeMatMul", "MatMulInteger", "DynamicQuantizeLinear", "QLinearMatMul", "MatMulNBits"}
+        if other:
+            raise Unsupported(f"{path.name} is quantized in a form the compiled {what} does not compute "
+                              f"({', '.join(sorted(other))})")
+        self.init = {t.name: t for t in g.initializer}
+        self.nodes = {n.name: n for n in g.node}
+        if ops & {"MatMulIntegerToFloat", "QGemm"}:
+            _check_int8_scheme(path, self.init, self.nodes)
+        self.weights: dict[str, np.ndarray] = {}
+        self.config: dict = {"eps": {}}
+
+    def array(self, name: str) -> np.ndarray:
+        """An initializer's array (mapped where external); floats must be float32."""
+        if name not in self.init:
+            raise Unsupported(f"{self.path.name} has no initializer {name!r}")
+        a = _initializer(self.init[name], self.path.parent)
         if a.dtype != np.float32 and a.dtype.kind == "f":
             raise Unsupported(f"{name} is {a.dtype}, not float32")
         return a
 
-    return g, init, nodes, array
+    def int8(self, name: str, suffix: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """``name``'s int8 codes and scales (quantize.py's ``{name}.int8_{suffix}``), if the graph has them."""
+        codes, scale = f"{name}.int8_{suffix}", f"{name}.scale_{suffix}"
+        if codes not in self.init:
+            return None
+        return _initializer(self.init[codes], self.path.parent), self.array(scale)
 
+    def product(self, key: str, name: str, bias: str | None = None) -> None:
+        """A product's weight (K, N) as ``key.w`` fp32, or ``key.w8`` / ``key.ws`` int8 per column;
+        ``bias`` as ``key.b`` where the graph has it."""
+        q = self.int8(name, "cols")
+        if q is None:
+            self.weights[f"{key}.w"] = self.array(name)
+        else:
+            self.weights[f"{key}.w8"], self.weights[f"{key}.ws"] = q
+        if bias is not None and bias in self.init:
+            self.weights[f"{key}.b"] = self.array(bias)
 
-def _stack(nodes: dict, norm, embed: str, stack: str, first: str) -> tuple[bool, str]:
-    """A stack's norms outside its layers (``norm(key, node)`` records each: the embedding's, the
-    first layer's input norm of a pre-norm stack, a final norm) -> (pre-norm, the activation)."""
-    if f"/{embed}/norm" in nodes:
-        norm("embed_norm", f"/{embed}/norm")
-    pre_norm = f"/{stack}_layers.0/{first}/norm" in nodes
-    if pre_norm:
-        norm("first_norm", f"/{stack}_layers.0/{first}/norm")
-    if f"/{stack}_norm" in nodes:
-        norm("final_norm", f"/{stack}_norm")
-    activation = next((a for a in ACTIVATIONS if f"/{stack}_layers.0/ffn/{a}" in nodes), None)
-    if activation is None:
-        raise Unsupported(f"the {stack}'s feed-forward activation is not relu, gelu or swish")
-    return pre_norm, activation
+    def norm(self, key: str, node_name: str) -> None:
+        """A LayerNormalization node's weight, bias and epsilon as ``key``."""
+        self.weights[f"{key}.w"] = self.array(f"{node_name}.weight")
+        self.weights[f"{key}.b"] = self.array(f"{node_name}.bias")
+        self.config["eps"][key] = next((a.f for a in self.nodes[node_name].attribute if a.name == "epsilon"), 1e-5)
+
+    def stack(self, embed: str, stack: str, first: str) -> tuple[bool, str]:
+        """A stack's norms outside its layers (the embedding's, the first layer's input norm of a
+        pre-norm stack, a final norm) -> (pre-norm, the activation)."""
+        if f"/{embed}/norm" in self.nodes:
+            self.norm("embed_norm", f"/{embed}/norm")
+        pre_norm = f"/{stack}_layers.0/{first}/norm" in self.nodes
+        if pre_norm:
+            self.norm("first_norm", f"/{stack}_layers.0/{first}/norm")
+        if f"/{stack}_norm" in self.nodes:
+            self.norm("final_norm", f"/{stack}_norm")
+        activation = next((a for a in ACTIVATIONS if f"/{stack}_layers.0/ffn/{a}" in self.nodes), None)
+        if activation is None:
+            raise Unsupported(f"the {stack}'s feed-forward activation is not relu, gelu or swish")
+        return pre_norm, activation
+
+    def result(self) -> tuple[dict, dict[str, np.ndarray]]:
+        """(config with ``int8``, the weights contiguous: int8 codes (``*8`` keys) and float32)."""
+        codes = {k for k in self.weights if k.endswith("8")}  # int8 codes: key.w8, embed.w8, generator.table8
+        self.config["int8"] = bool(codes)
+        return self.config, {k: np.ascontiguousarray(v, dtype=np.int8 if k in codes else np.float32)
+                             for k, v in self.weights.items()}
 
 
 def read_cpu_decoder(path: Path, spec: ModelSpec) -> tuple[dict, dict[str, np.ndarray]]:
     """(config, weights) of a fused CPU decoder graph, as ``DecoderStep`` takes them."""
     path = Path(path)
-    g, init, nodes, array = _open_cpu_graph(path, "nmtserve_decoder_cpu", "decoder", "step")
-
-    def eps(node_name: str) -> float:
-        node = nodes[node_name]
-        return next((a.f for a in node.attribute if a.name == "epsilon"), 1e-5)
-
-    def int8(name: str, suffix: str) -> tuple[np.ndarray, np.ndarray] | None:
-        """``name``'s int8 codes and scales (quantize.py's ``{name}.int8_{suffix}``), if the graph has them."""
-        codes, scale = f"{name}.int8_{suffix}", f"{name}.scale_{suffix}"
-        if codes not in init:
-            return None
-        return _initializer(init[codes], path.parent), array(scale)
-
-    weights: dict[str, np.ndarray] = {}
-    config: dict = {"eps": {}}
-
-    def product(key: str, name: str) -> None:  # a product's weight (K, N): fp32, or int8 per column
-        q = int8(name, "cols")
-        if q is None:
-            weights[f"{key}.w"] = array(name)
-        else:
-            weights[f"{key}.w8"], weights[f"{key}.ws"] = q
-
+    r = _GraphReader(path, "nmtserve_decoder_cpu", "decoder", "step")
+    init, array, weights, config = r.init, r.array, r.weights, r.config
     table = "tgt_embed.lut.weight"
-    q = int8(table, "rows")
-    if q is not None and any(n.op_type == "Gather" and n.input[0] == f"{table}.int8_rows" for n in g.node):
+    q = r.int8(table, "rows")
+    if q is not None and any(n.op_type == "Gather" and n.input[0] == f"{table}.int8_rows" for n in r.g.node):
         weights["embed.w8"], weights["embed.rows_scale"] = q
     else:
         weights["embed"] = array(table)
@@ -148,114 +162,84 @@ def read_cpu_decoder(path: Path, spec: ModelSpec) -> tuple[dict, dict[str, np.nd
     weights["positions"] = array("tgt_embed.positions")
     config["embed_scale"] = float(array("/tgt_embed/scale").reshape(-1)[0]) if "/tgt_embed/scale" in init else 1.0
     config["position_offset"] = int(array("/tgt_embed/offset").reshape(-1)[0]) if "/tgt_embed/offset" in init else 0
-
-    def norm(key: str, node_name: str) -> None:
-        weights[f"{key}.w"] = array(f"{node_name}.weight")
-        weights[f"{key}.b"] = array(f"{node_name}.bias")
-        config["eps"][key] = eps(node_name)
-
-    pre_norm, activation = _stack(nodes, norm, "tgt_embed", "decoder", "sub_self")
-    attention = nodes.get("/attention")
+    pre_norm, activation = r.stack("tgt_embed", "decoder", "sub_self")
+    attention = r.nodes.get("/attention")
     if attention is None:
         raise Unsupported("the graph has no attention output")
     align = int(attention.input[0].split("/")[1].split(".")[1])  # /decoder_layers.{i}/cross_attn/probs_out
     for i in range(spec.layers):
         p = f"/decoder_layers.{i}"
-        product(f"{i}.qkv", f"{p}.self_attn.qkv_proj.weight_t")
+        r.product(f"{i}.qkv", f"{p}.self_attn.qkv_proj.weight_t")
         weights[f"{i}.qkv.b"] = array(f"{p}.self_attn.qkv_proj.bias")
-        product(f"{i}.cross_q", f"{p}.cross_attn.q_proj.weight_t")
+        r.product(f"{i}.cross_q", f"{p}.cross_attn.q_proj.weight_t")
         weights[f"{i}.cross_q.b"] = array(f"{p}.cross_attn.q_proj.bias")
         for key, name in (("self_out", f"{p}/self_attn/out_proj"), ("cross_out", f"{p}/cross_attn/out_proj"),
                           ("fc1", f"{p}/ffn/fc1"), ("fc2", f"{p}/ffn/fc2")):
-            product(f"{i}.{key}", f"{name}.weight_t")
-            if f"{name}.bias" in init:
-                weights[f"{i}.{key}.b"] = array(f"{name}.bias")
+            r.product(f"{i}.{key}", f"{name}.weight_t", f"{name}.bias")
         for key, name in (("self_norm", f"{p}/self_attn/out_proj/norm"), ("cross_norm", f"{p}/cross_attn/out_proj/norm"),
                           ("ffn_norm", f"{p}/ffn/fc2/norm")):
-            norm(f"{i}.{key}", name)
+            r.norm(f"{i}.{key}", name)
     # The projection: Gemm on the table (tied; QGemm on its int8 rows), or MatMul on generator.weight_t.
-    generator = {n.op_type for n in g.node if n.name.startswith("/generator/")}
+    generator = {n.op_type for n in r.g.node if n.name.startswith("/generator/")}
     tied = bool(generator & {"Gemm", "QGemm"})
     if "QGemm" in generator:
-        q = int8(table, "rows")
+        q = r.int8(table, "rows")
         if q is None:
             raise Unsupported(f"{path.name}: the int8 projection's table is missing")
         weights["generator.table8"], weights["generator.table_scale"] = q
     elif tied:
         weights["generator.table"] = array(table)
     else:
-        product("generator", "generator.weight_t")
+        r.product("generator", "generator.weight_t")
     if "final_logits_bias" in init:
         weights["final_bias"] = array("final_logits_bias")
     weights["logits_mask"] = array("logits_mask")
     # A graph exported before the attention output (or with it taken out) does not offer it.
-    config["has_attention"] = graphs.ATTENTION in {o.name for o in g.output}
+    config["has_attention"] = graphs.ATTENTION in {o.name for o in r.g.output}
     config.update(d_model=d, heads=spec.heads, layers=spec.layers, vocab=spec.vocab,
                   d_ff=int(weights["0.fc1.w" if "0.fc1.w" in weights else "0.fc1.w8"].shape[1]), candidates=int(array("/top/k")[0]),
                   activation=ACTIVATIONS[activation], alignment_layer=align, pre_norm=pre_norm, tied=tied)
-    codes = {k for k in weights if k.endswith("8")}  # int8 codes: key.w8, embed.w8, generator.table8
-    config["int8"] = bool(codes)
-    weights = {k: np.ascontiguousarray(v, dtype=np.int8 if k in codes else np.float32) for k, v in weights.items()}
-    return config, weights
+    return r.result()
 
 
 def read_cpu_encoder(path: Path, spec: ModelSpec) -> tuple[dict, dict[str, np.ndarray]]:
     """(config, weights) of a fused CPU encoder graph (``cpu_graph.build_cpu_encoder``, fp32 or int8
     as ``quantize`` writes it), as ``EncoderStep`` takes them."""
     path = Path(path)
-    g, init, nodes, array = _open_cpu_graph(path, "nmtserve_encoder_cpu", "encoder", "encoder")
-    weights: dict[str, np.ndarray] = {}
-    config: dict = {"eps": {}}
-
-    def product(key: str, name: str, bias: str | None = None) -> None:  # fp32, or int8 per column
-        if f"{name}.int8_cols" in init:
-            weights[f"{key}.w8"], weights[f"{key}.ws"] = _initializer(init[f"{name}.int8_cols"], path.parent), array(f"{name}.scale_cols")
-        else:
-            weights[f"{key}.w"] = array(name)
-        if bias is not None and bias in init:
-            weights[f"{key}.b"] = array(bias)
-
-    def norm(key: str, node_name: str) -> None:
-        weights[f"{key}.w"] = array(f"{node_name}.weight")
-        weights[f"{key}.b"] = array(f"{node_name}.bias")
-        config["eps"][key] = next((a.f for a in nodes[node_name].attribute if a.name == "epsilon"), 1e-5)
-
+    r = _GraphReader(path, "nmtserve_encoder_cpu", "encoder", "encoder")
+    init, array, weights = r.init, r.array, r.weights
     # The token table: the Gather of src_ids (its int8 rows and row scales where quantized).
-    table = next((n.input[0] for n in g.node if n.op_type == "Gather" and n.input[1:] == ["src_ids"]
+    table = next((n.input[0] for n in r.g.node if n.op_type == "Gather" and n.input[1:] == ["src_ids"]
                   and not n.input[0].endswith(".scale_rows")), None)
     if table is None:
         raise Unsupported(f"{path.name}: no embedding table gathers src_ids")
-    if table.endswith(".int8_rows"):
-        weights["embed.w8"] = _initializer(init[table], path.parent)
-        weights["embed.rows_scale"] = array(table[: -len(".int8_rows")] + ".scale_rows")
+    q = r.int8(table.removesuffix(".int8_rows"), "rows") if table.endswith(".int8_rows") else None
+    if q is not None:
+        weights["embed.w8"], weights["embed.rows_scale"] = q
     else:
         weights["embed"] = array(table)
     weights["positions"] = array("src_embed.positions")
-    pre_norm, activation = _stack(nodes, norm, "src_embed", "encoder", "sub_attn")
+    pre_norm, activation = r.stack("src_embed", "encoder", "sub_attn")
     layers = 0
-    while f"/encoder_layers.{layers}/self_attn/out_proj/norm" in nodes:
+    while f"/encoder_layers.{layers}/self_attn/out_proj/norm" in r.nodes:
         p = f"/encoder_layers.{layers}"
-        product(f"{layers}.qkv", f"{p}.self_attn.qkv_proj.weight_t", f"{p}.self_attn.qkv_proj.bias")
+        r.product(f"{layers}.qkv", f"{p}.self_attn.qkv_proj.weight_t", f"{p}.self_attn.qkv_proj.bias")
         for key, name in (("self_out", f"{p}/self_attn/out_proj"), ("fc1", f"{p}/ffn/fc1"), ("fc2", f"{p}/ffn/fc2")):
-            product(f"{layers}.{key}", f"{name}.weight_t", f"{name}.bias")
-        norm(f"{layers}.self_norm", f"{p}/self_attn/out_proj/norm")
-        norm(f"{layers}.ffn_norm", f"{p}/ffn/fc2/norm")
+            r.product(f"{layers}.{key}", f"{name}.weight_t", f"{name}.bias")
+        r.norm(f"{layers}.self_norm", f"{p}/self_attn/out_proj/norm")
+        r.norm(f"{layers}.ffn_norm", f"{p}/ffn/fc2/norm")
         layers += 1
     if not layers:
         raise Unsupported(f"{path.name} has no encoder layers the compiled encoder knows")
-    product("memory_kv", "memory_kv.weight_t", "memory_kv.bias")
-    d = int(weights["positions"].shape[1])
+    r.product("memory_kv", "memory_kv.weight_t", "memory_kv.bias")
     fc1 = weights["0.fc1.w" if "0.fc1.w" in weights else "0.fc1.w8"]
-    config.update(
-        d_model=d, heads=spec.heads, layers=layers, memory_layers=spec.layers, d_ff=int(fc1.shape[1]),
-        activation=ACTIVATIONS[activation], pre_norm=pre_norm,
+    r.config.update(
+        d_model=int(weights["positions"].shape[1]), heads=spec.heads, layers=layers, memory_layers=spec.layers,
+        d_ff=int(fc1.shape[1]), activation=ACTIVATIONS[activation], pre_norm=pre_norm,
         embed_scale=float(array("/src_embed/scale").reshape(-1)[0]) if "/src_embed/scale" in init else 1.0,
         position_offset=int(array("/src_embed/first_row").reshape(-1)[0]),
         pad_id=int(array("/mask/pad").reshape(-1)[0]))
-    codes = {k for k in weights if k.endswith("8")}
-    config["int8"] = bool(codes)
-    weights = {k: np.ascontiguousarray(v, dtype=np.int8 if k in codes else np.float32) for k, v in weights.items()}
-    return config, weights
+    return r.result()
 
 
 def _check_int8_scheme(path: Path, init: dict, nodes: dict) -> None:
@@ -289,21 +273,31 @@ def _initializer(tensor, folder: Path) -> np.ndarray:
     return np.memmap(folder / info["location"], dtype=dtype, mode="r", offset=offset, shape=shape)
 
 
+def _compiled_part(class_name: str, read, path: Path, spec: ModelSpec, fp32_largest_d_model: int | None,
+                   what: str, d_model: Callable[[dict], int] = lambda config: config["d_model"]
+                   ) -> tuple[Any, dict]:
+    """(``nmtserve_native.<class_name>`` built from the weights ``read`` reads, the config read);
+    Unsupported where the module lacks it, or for an fp32 graph whose ``d_model(config)`` is wider
+    than ``fp32_largest_d_model`` (ONNX Runtime is faster there)."""
+    built = getattr(native.module, class_name, None)
+    if built is None:
+        raise Unsupported("nmtserve_native is not installed")
+    config, weights = read(path, spec)
+    int8 = config.pop("int8")
+    if fp32_largest_d_model is not None and not int8 and (width := d_model(config)) > fp32_largest_d_model:
+        raise Unsupported(f"at d_model {width} its fp32 kernels are faster ({ENV}=1 asks for the compiled {what})")
+    return built(config, weights), config
+
+
 class NativeDecoder:
     """``run_step`` of the decoder contract (``nmtserve.graphs``) on ``nmtserve_native.DecoderStep``."""
 
     def __init__(self, path: Path, spec: ModelSpec, fp32_largest_d_model: int | None = None):
         """``fp32_largest_d_model``: refuse an fp32 graph of a larger d_model (where ONNX Runtime is faster)."""
-        if native.module is None or not hasattr(native.module, "DecoderStep"):
-            raise Unsupported("nmtserve_native is not installed")
-        config, weights = read_cpu_decoder(path, spec)
-        int8 = config.pop("int8")
-        if fp32_largest_d_model is not None and not int8 and spec.heads * spec.d_k > fp32_largest_d_model:
-            raise Unsupported(f"at d_model {spec.heads * spec.d_k} its fp32 kernels are faster ({ENV}=1 asks for "
-                              "the compiled step)")
-        self.has_attention = config.pop("has_attention")
+        self.step, config = _compiled_part("DecoderStep", read_cpu_decoder, path, spec, fp32_largest_d_model, "step",
+                                           lambda config: spec.heads * spec.d_k)  # the spec's, as it always was
+        self.has_attention = config["has_attention"]
         self.layers = spec.layers
-        self.step = native.module.DecoderStep(config, weights)
         self.kernels = self.step.kernels
 
     def run_step(self, feeds: dict, outputs: Sequence[str] = graphs.STEP_OUTPUTS) -> dict:
@@ -337,14 +331,7 @@ class NativeEncoder:
     """``encode`` of the encoder contract (``nmtserve.graphs``) on ``nmtserve_native.EncoderStep``."""
 
     def __init__(self, path: Path, spec: ModelSpec, fp32_largest_d_model: int | None = None):
-        if native.module is None or not hasattr(native.module, "EncoderStep"):
-            raise Unsupported("nmtserve_native is not installed")
-        config, weights = read_cpu_encoder(path, spec)
-        int8 = config.pop("int8")
-        if fp32_largest_d_model is not None and not int8 and config["d_model"] > fp32_largest_d_model:
-            raise Unsupported(f"at d_model {config['d_model']} its fp32 kernels are faster ({ENV}=1 asks for "
-                              "the compiled encoder)")
-        self.step = native.module.EncoderStep(config, weights)
+        self.step, _ = _compiled_part("EncoderStep", read_cpu_encoder, path, spec, fp32_largest_d_model, "encoder")
         self.kernels = self.step.kernels
 
     def encode(self, src_ids: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -357,31 +344,28 @@ class NativeEncoder:
 ENCODER_ENV = "NMTSERVE_NATIVE_ENCODER"
 
 
-def load_encoder(path: Path, spec: ModelSpec) -> NativeEncoder | None:
-    """The compiled encoder where the graph allows it and neither ``NMTSERVE_NATIVE_STEP`` nor
-    ``NMTSERVE_NATIVE_ENCODER`` is ``0`` (the step's size rule; ``NMTSERVE_NATIVE_STEP=1`` asks for it
-    at any size)."""
+def _load(make, path: Path, spec: ModelSpec, part: str, off: str | None = None):
+    """``make(path, spec, fp32_largest_d_model)`` where the graph allows it and ``NMTSERVE_NATIVE_STEP``
+    (or ``off``) is not ``0``; ``NMTSERVE_NATIVE_STEP=1`` asks for it at any size and warns where it
+    cannot be had. None: ``part`` stays on ONNX Runtime (portable graphs, other int8 forms, large fp32)."""
     setting = os.environ.get(ENV, "")
-    if setting == "0" or os.environ.get(ENCODER_ENV, "") == "0":
+    if setting == "0" or (off is not None and os.environ.get(off, "") == "0"):
         return None
     try:
-        encoder = NativeEncoder(path, spec, None if setting == "1" else FP32_LARGEST_D_MODEL)
+        built = make(path, spec, None if setting == "1" else FP32_LARGEST_D_MODEL)
     except Unsupported as exc:
-        (log.warning if setting == "1" else log.info)("the encoder runs on ONNX Runtime: %s", exc)
+        (log.warning if setting == "1" else log.info)("%s runs on ONNX Runtime: %s", part, exc)
         return None
-    log.info("the encoder runs compiled (nmtserve_native, %s kernels)", encoder.kernels)
-    return encoder
+    log.info("%s runs compiled (nmtserve_native, %s kernels)", part, built.kernels)
+    return built
+
+
+def load_encoder(path: Path, spec: ModelSpec) -> NativeEncoder | None:
+    """The compiled encoder where the graph allows it and neither ``NMTSERVE_NATIVE_STEP`` nor
+    ``NMTSERVE_NATIVE_ENCODER`` is ``0`` (the step's size rule)."""
+    return _load(NativeEncoder, path, spec, "the encoder", ENCODER_ENV)
 
 
 def load(path: Path, spec: ModelSpec) -> NativeDecoder | None:
     """The compiled step for this decoder where the graph allows it and ``NMTSERVE_NATIVE_STEP`` is not ``0``."""
-    setting = os.environ.get(ENV, "")
-    if setting == "0":
-        return None
-    try:
-        step = NativeDecoder(path, spec, None if setting == "1" else FP32_LARGEST_D_MODEL)
-    except Unsupported as exc:  # portable graphs, other int8 forms, large fp32: ONNX Runtime, as before
-        (log.warning if setting == "1" else log.info)("the decoder step runs on ONNX Runtime: %s", exc)
-        return None
-    log.info("the decoder step runs compiled (nmtserve_native, %s kernels)", step.kernels)
-    return step
+    return _load(NativeDecoder, path, spec, "the decoder step")

@@ -110,22 +110,20 @@ class OnnxModel:
                  providers: list[str] | None = None, native: bool = True):
         self.spec = spec
         providers = providers or ["CPUExecutionProvider"]
+        compiled = native and providers == ["CPUExecutionProvider"]
         # The encoder in compiled code where its graph allows it (native_step.NativeEncoder): ONNX
         # Runtime's session of it is then built only if something asks for it.
-        self.native_encoder = (native_step.load_encoder(encoder, spec) if native and providers == ["CPUExecutionProvider"]
-                               else None)
-        self._encoder_args = (str(encoder), threads, providers)
-        self._encoder = None if self.native_encoder else ort.InferenceSession(
-            str(encoder), session_options(threads), providers=providers)
+        self.native_encoder = native_step.load_encoder(encoder, spec) if compiled else None
+        self._session_args = (threads, providers)
+        self._encoder_path, self._decoder_path = str(encoder), str(decoder)
+        self._encoder = None if self.native_encoder else self._new_session(self._encoder_path)
         # The decoder's step in compiled code where the graph allows it (runtime/native_step.py);
         # ONNX Runtime's session of the decoder is then built only if something asks for it (it
         # would hold the weights a second time).
-        self.native_step = (native_step.load(decoder, spec) if native and providers == ["CPUExecutionProvider"]
-                            else None)
+        self.native_step = native_step.load(decoder, spec) if compiled else None
         # The served engine's step on its own pools (no feeds, the new K/V written in place), when compiled.
         self.pool_step = self.native_step.run_pool if self.native_step is not None else None
-        self._decoder_args = (str(decoder), threads, providers)
-        self._decoder = None if self.native_step else self._new_decoder_session()
+        self._decoder = None if self.native_step else self._new_session(self._decoder_path)
         release_mapped_weights((encoder, decoder))
         dims = spec.dims
         self._enc_out = [t.name for t in graphs.encoder_outputs(dims)]
@@ -138,16 +136,15 @@ class OnnxModel:
             # Graphs exported before the decoder's ``attention`` output have no word alignments.
             self.has_attention = graphs.ATTENTION in {o.name for o in self.decoder.get_outputs()}
 
-    def _new_decoder_session(self) -> ort.InferenceSession:
-        path, threads, providers = self._decoder_args
+    def _new_session(self, path: str) -> ort.InferenceSession:
+        threads, providers = self._session_args
         return ort.InferenceSession(path, session_options(threads), providers=providers)
 
     @property
     def encoder(self) -> ort.InferenceSession:
         """ONNX Runtime's session of the encoder graph (built on first use when the compiled encoder serves)."""
         if self._encoder is None:
-            path, threads, providers = self._encoder_args
-            self._encoder = ort.InferenceSession(path, session_options(threads), providers=providers)
+            self._encoder = self._new_session(self._encoder_path)
         return self._encoder
 
     @encoder.setter
@@ -158,7 +155,7 @@ class OnnxModel:
     def decoder(self) -> ort.InferenceSession:
         """ONNX Runtime's session of the decoder graph (built on first use when the compiled step serves)."""
         if self._decoder is None:
-            self._decoder = self._new_decoder_session()
+            self._decoder = self._new_session(self._decoder_path)
         return self._decoder
 
     @decoder.setter
