@@ -149,42 +149,42 @@ def _one(args, model_dir: Path, texts: list[str], tmp: Path, precision: str, opt
         engine.stop()
         use(True)
     model.run_step = run_step
-    if encoder:
+    if encoder:  # the encoder's call alone, each way, alternating
         from nmtserve.graphs import pad_batch
 
         encode_us: dict = {}
         for b in (1, args.batch):
             src = pad_batch(ids[:b], spec.pad_id, np.int32)
+            calls = max(2, args.calls // (2 * b))
             times = {True: 0.0, False: 0.0}
             for native in (True, False, True, False):
                 use(native)
                 model.encode(src)
                 start = time.perf_counter()
-                for _ in range(max(2, args.calls // (2 * b))):
+                for _ in range(calls):
                     model.encode(src)
-                times[native] += (time.perf_counter() - start) / max(2, args.calls // (2 * b)) / 2
+                times[native] += (time.perf_counter() - start) / calls / 2
             encode_us[f"{b} sentences"] = {names[0]: round(1e6 * times[True], 1), names[1]: round(1e6 * times[False], 1)}
         use(True)
         entry["encode_us"] = encode_us
-        print(f"{model_dir.name}/{precision}", json.dumps(entry), flush=True)
-        return entry
-    step_us: dict = {}
-    for key, label in ((1, "one sentence"), (0, "full batch")):
-        feeds = captured.get(key)
-        if feeds is None:
-            continue
-        times: dict[bool, float] = {True: 0.0, False: 0.0}
-        for native in (True, False, True, False):
-            use(native)
-            start = time.perf_counter()
-            for _ in range(args.calls // 2):
-                model.run_step(feeds)
-            times[native] += time.perf_counter() - start
-        step_us[label] = {"rows": int(feeds["input_ids"].size), "past": int(feeds["past_key"].shape[0]),
-                          names[0]: round(1e6 * times[True] / args.calls, 1),
-                          names[1]: round(1e6 * times[False] / args.calls, 1)}
-        use(True)
-    entry["step_us"] = step_us
+    else:
+        step_us: dict = {}
+        for key, label in ((1, "one sentence"), (0, "full batch")):
+            feeds = captured.get(key)
+            if feeds is None:
+                continue
+            times: dict[bool, float] = {True: 0.0, False: 0.0}
+            for native in (True, False, True, False):
+                use(native)
+                start = time.perf_counter()
+                for _ in range(args.calls // 2):
+                    model.run_step(feeds)
+                times[native] += time.perf_counter() - start
+            step_us[label] = {"rows": int(feeds["input_ids"].size), "past": int(feeds["past_key"].shape[0]),
+                              names[0]: round(1e6 * times[True] / args.calls, 1),
+                              names[1]: round(1e6 * times[False] / args.calls, 1)}
+            use(True)
+        entry["step_us"] = step_us
     print(f"{model_dir.name}/{precision}", json.dumps(entry), flush=True)
     return entry
 
