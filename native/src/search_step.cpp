@@ -5,9 +5,8 @@
 // rules; this file repeats them rule for rule, in the same float64 arithmetic, so that a step
 // here leaves every array exactly as ``BeamBatch._advance_few`` / the vectorized step leave it
 // (tests/test_native_search.py checks it step by step, and the served decodes on the held-out
-// sets). A step is one call, ``step(state, ...)``, which ranks and applies; when a candidate
-// finishes it stops between the two and hands the ranking back: the finished hypotheses go to
-// their rows' pools in Python (rare, and the pools are Python objects), then ``apply`` follows.
+// sets). A step is one call, ``step(state, ...)``: it ranks, puts the candidates that finish in
+// their rows' pools (arrays of the batch, ``BeamBatch._pool_add``'s rules), then applies.
 //
 // What stays in Python: the repetition controls, terminology constraints and the full-vocabulary
 // steps (fairseq's last step); a batch with any of them live takes the Python step.
@@ -69,9 +68,15 @@ struct Step {
   View<int64_t> tokens, parents, t, max_len, min_len, n_forced, prompt, pool_size, pool_capacity, loop_repeats,
       loop_ngram;
   View<int8_t> rule, stopping;
-  View<bool> done, top_finished;
+  View<bool> done, top_finished, align, confident;
   View<int32_t> sequences, forced;
   View<int16_t> aligned;
+  // The pools (BeamBatch's text): per row its size; per slot (row, P + 1) and (row, P + 1, T).
+  View<int64_t> pool_keep, fin_order, fin_len, fin_met;
+  View<double> fin_score, fin_sum, fin_totals;
+  View<int8_t> fin_flags;
+  View<int32_t> fin_tokens;
+  View<int16_t> fin_align;
   // The last ranking, (b, n) row-major: what ``apply`` applies.
   py::ssize_t ranked_rows = 0, n = 0;
   std::vector<int64_t> top_beam, top_token;
@@ -109,7 +114,23 @@ struct Step {
         sequences(field<int32_t>(o, "sequences")),
         forced(field<int32_t>(o, "forced")),
         aligned(field<int16_t>(o, "aligned")),
-        parents_buf(k), tokens_buf(k), scores_buf(k) {}
+        pool_keep(field<int64_t>(o, "pool_keep")),
+        fin_order(field<int64_t>(o, "fin_order")),
+        fin_len(field<int64_t>(o, "fin_len")),
+        fin_met(field<int64_t>(o, "fin_met")),
+        fin_score(field<double>(o, "fin_score")),
+        fin_sum(field<double>(o, "fin_sum")),
+        fin_totals(field<double>(o, "fin_totals")),
+        fin_flags(field<int8_t>(o, "fin_flags")),
+        fin_tokens(field<int32_t>(o, "fin_tokens")),
+        fin_align(field<int16_t>(o, "fin_align")),
+        parents_buf(k), tokens_buf(k), scores_buf(k) {
+    align = field<bool>(o, "align");
+    confident = field<bool>(o, "confident");
+    if (fin_tokens.dim2 < sequences.dim2 || fin_order.dim1 != fin_tokens.dim1) {
+      throw std::invalid_argument("BeamBatch's pools do not match its sequences");
+    }
+  }
 
   // The length the penalty sees: generated tokens after the prompt; OpenNMT's counts the start token.
   int64_t counted(py::ssize_t row) const {
@@ -198,6 +219,63 @@ struct Step {
     return any;
   }
 
+  // The hypotheses of the last ranking that finish, into their rows' pools in rank order
+  // (search.BeamBatch._finish_one and _pool_add): fairseq keeps its first pool_keep; a pool with
+  // room takes a hypothesis, a full one when it beats the worst; over pool_keep the live slots are
+  // sorted best first (stable) and the last dropped. Reads the beams before ``apply`` moves them.
+  void finish(const int16_t *attention) {
+    for (py::ssize_t row = 0; row < ranked_rows; ++row) {
+      const int64_t step = t(row), counted_length = counted(row);
+      const double length_penalty = std::pow(static_cast<double>(counted_length), penalty(row));
+      for (py::ssize_t j = 0; j < n; ++j) {
+        const size_t at = static_cast<size_t>(row * n + j);
+        if (!finishing[at]) continue;
+        const int64_t keep = pool_keep(row);
+        int64_t size = pool_size(row);
+        if (rule(row) == kFairseq && size >= keep) break;  // fairseq finalizes the first K and no more
+        const double sum = top_score[at], score = sum / length_penalty;
+        int64_t *order = &fin_order(row, 0);
+        if (size >= keep && !(score > worst(row, size))) continue;
+        const int64_t slot = order[size], beam = top_beam[at], length = step + 1;
+        int32_t *out = &fin_tokens(row, slot, 0);
+        std::copy_n(&sequences(row, beam, 0), step, out);
+        out[step] = static_cast<int32_t>(top_token[at]);
+        int8_t flags = 0;
+        if (attention && align(row)) {
+          int16_t *where = &fin_align(row, slot, 0);
+          std::copy_n(&aligned(row, beam, 0), step, where);
+          where[step] = attention[row * k + beam];
+          flags |= 1;
+        }
+        if (confident(row)) {
+          double *totals = &fin_totals(row, slot, 0);
+          std::copy_n(&cumulative(row, beam, 0), step, totals);
+          totals[step] = sum;
+          flags |= 2;
+        }
+        fin_len(row, slot) = length;
+        fin_score(row, slot) = score;
+        fin_sum(row, slot) = sum;
+        fin_met(row, slot) = -1;
+        fin_flags(row, slot) = flags;
+        if (++size > keep) {
+          std::stable_sort(order, order + size,
+                           [&](int64_t a, int64_t c) { return fin_score(row, a) > fin_score(row, c); });
+          --size;
+        }
+        pool_size(row) = size;
+        pool_worst(row) = size >= keep ? worst(row, size) : -kInf;
+      }
+    }
+  }
+
+  // The lowest score among a row's ``size`` live hypotheses.
+  double worst(py::ssize_t row, int64_t size) const {
+    double low = kInf;
+    for (int64_t i = 0; i < size; ++i) low = std::min(low, fin_score(row, fin_order(row, i)));
+    return low;
+  }
+
   // The last ranking applied to rows [0, b) once its finishing candidates are in their pools: the
   // first K candidates that run on become the beams (dead ones: EOS, parent 0, -inf), each beam's
   // tokens (alignments, running scores) follow its parent, and the stopping rules mark ``done``.
@@ -253,20 +331,6 @@ struct Step {
       done(row) = at_max || cannot_improve(row, scores_buf[0], counted_length);
     }
   }
-
-  template <typename T>
-  py::array_t<T> ranked(const std::vector<T> &data) const {
-    py::array_t<T> out({ranked_rows, n});
-    std::copy(data.begin(), data.end(), out.mutable_data());
-    return out;
-  }
-
-  py::array_t<bool> ranked_flags(const std::vector<char> &data) const {
-    py::array_t<bool> out({ranked_rows, n});
-    bool *dst = out.mutable_data();
-    for (size_t i = 0; i < data.size(); ++i) dst[i] = data[i] != 0;
-    return out;
-  }
 };
 
 using Values = py::array_t<double, py::array::c_style | py::array::forcecast>;
@@ -287,33 +351,18 @@ const int16_t *attention_of(const py::object &attention, py::ssize_t b, py::ssiz
 // hand-over costs is more than the work. ``release_gil_from(n)`` changes it (bench/native_search.py).
 py::ssize_t release_rows = 4;
 
-// One step on Candidates: ranked, and applied at once unless a candidate finishes; then the ranking
-// comes back as (top_beam, top_token, top_score, finishing) for the pools, and ``apply`` follows.
-py::object step(Step &self, py::ssize_t b, const Values &values, const Ids &ids, int64_t vocab, bool loops,
-                bool confidence, const py::object &attention) {
+// One step on Candidates: ranked, the finishing candidates into their pools, applied.
+void step(Step &self, py::ssize_t b, const Values &values, const Ids &ids, int64_t vocab, bool loops,
+          bool confidence, const py::object &attention) {
   if (values.ndim() != 3 || ids.ndim() != 3 || values.shape(0) != b || values.shape(1) != self.k ||
       ids.shape(0) != b || ids.shape(1) != self.k || ids.shape(2) != values.shape(2)) {
     throw std::invalid_argument("candidates must be (size, K, m) values and ids");
   }
   Attention keep;
   const int16_t *positions = attention_of(attention, b, self.k, keep);
-  bool finished = false;
-  {
-    std::optional<py::gil_scoped_release> free;
-    if (b >= release_rows) free.emplace();
-    finished = self.rank(b, values.data(), ids.data(), values.shape(2), vocab, loops);
-    if (!finished) self.apply(positions, confidence);
-  }
-  if (!finished) return py::none();
-  return py::make_tuple(self.ranked(self.top_beam), self.ranked(self.top_token), self.ranked(self.top_score),
-                        self.ranked_flags(self.finishing));
-}
-
-void apply(Step &self, bool confidence, const py::object &attention) {
-  Attention keep;
-  const int16_t *positions = attention_of(attention, self.ranked_rows, self.k, keep);
   std::optional<py::gil_scoped_release> free;
-  if (self.ranked_rows >= release_rows) free.emplace();
+  if (b >= release_rows) free.emplace();
+  if (self.rank(b, values.data(), ids.data(), values.shape(2), vocab, loops)) self.finish(positions);
   self.apply(positions, confidence);
 }
 
@@ -380,19 +429,17 @@ void register_decoder_step(py::module_ &module);  // decoder_step.cpp
 
 PYBIND11_MODULE(nmtserve_native, module) {
   module.doc() = "nmtserve's compiled decode step: the beam search's ranking and bookkeeping (issue 49)";
-  module.attr("ABI") = 6;  // bumped when the interface changes: nmtserve.decoding.native refuses another
+  module.attr("ABI") = 7;  // bumped when the interface changes: nmtserve.decoding.native refuses another
   py::class_<Step>(module, "Step", "A BeamBatch's arrays, viewed once (a new one after the batch grows).")
       .def(py::init<const py::object &>(), py::arg("batch"));
   module.def("step", &step, py::arg("state"), py::arg("size"), py::arg("values"), py::arg("ids"), py::arg("vocab"),
              py::arg("loops"), py::arg("confidence"), py::arg("attention") = py::none(),
-             "One step on candidates; None when applied, else (top_beam, top_token, top_score, finishing) (b, n).");
+             "One step on candidates: ranked, the finished hypotheses into their rows' pools, applied.");
   module.def(
       "release_gil_from", [](py::ssize_t rows) { release_rows = rows; }, py::arg("rows"),
       "From how many rows a step releases the GIL while it works (default 4; a huge number: never).");
   module.def("follow_parents", &follow_parents, py::arg("table"), py::arg("parents"), py::arg("size"), py::arg("lo"),
              py::arg("hi"), "The engine's ancestor table: rows [0, size) over times [lo, hi) follow their parents.");
-  module.def("apply", &apply, py::arg("state"), py::arg("confidence"), py::arg("attention") = py::none(),
-             "The last ranking applied once its finishing candidates are in their pools.");
   module.def("move_rows", &move_rows, py::arg("arrays"), py::arg("dst"), py::arg("src"),
              "In every array (C-contiguous, rows on the first axis) row dst[j] = row src[j], sources read first.");
   nmtnative::register_decoder_step(module);

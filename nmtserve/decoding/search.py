@@ -246,19 +246,10 @@ class Hypothesis:
 
 @dataclass
 class _Finished:
+    """A row's pool of finished hypotheses as a list (``BeamBatch.pools``: a copy, for reading)."""
+
     capacity: int
     hyps: list[Hypothesis] = field(default_factory=list)
-
-    def worst(self) -> float:
-        return min(h.score for h in self.hyps) if len(self.hyps) >= self.capacity else -math.inf
-
-    def add(self, hyp: Hypothesis) -> None:
-        if len(self.hyps) < self.capacity or hyp.score > self.worst():
-            self.hyps.append(hyp)
-            if len(self.hyps) > self.capacity:
-                # Drop the worst; on equal scores the earlier one stays (stable sort).
-                self.hyps.sort(key=lambda h: -h.score)
-                self.hyps.pop()
 
 
 def _is_int(value: object) -> bool:
@@ -295,7 +286,11 @@ _EARLY_STOPPING = {False: 0, True: 1, "never": 2}
 _ROW_ARRAYS = ("scores", "tokens", "parents", "t", "max_len", "min_len", "penalty", "stopping",
                "pool_size", "pool_capacity", "pool_worst", "done", "sequences", "forced", "n_forced", "prompt",
                "aligned", "align", "cumulative", "confident", "rule", "top_finished",
-               "no_repeat", "repetition", "suppress", "loop_repeats", "loop_ngram", "constrained")
+               "no_repeat", "repetition", "suppress", "loop_repeats", "loop_ngram", "constrained",
+               "pool_keep", "fin_order", "fin_len", "fin_score", "fin_sum", "fin_met", "fin_flags", "fin_tokens",
+               "fin_align", "fin_totals")
+# fin_flags: the hypothesis has an alignment / token log-probabilities (fin_align / fin_totals hold them).
+_HAS_ALIGNMENT, _HAS_LOGPROBS = 1, 2
 
 
 class BeamBatch:
@@ -311,8 +306,12 @@ class BeamBatch:
     ``sequences`` (K, T), reordered with the beams by one gather per step over all rows (cheaper
     than walking back-pointers in Python for every finished hypothesis). Each row keeps its own
     options (length penalty, maximum
-    length, ...) as arrays; its finished hypotheses live in a ``_Finished`` pool, touched only
-    when one of its candidates finishes.
+    length, ...) as arrays, and so are its finished hypotheses (its *pool*): up to ``pool_keep``
+    of them in slots ``fin_*[row, slot]``, ``fin_order[row, :pool_size]`` the live slots in the
+    order a list would hold them (appended; once over ``pool_keep``, sorted best first (stable)
+    and the last dropped), the rest of ``fin_order[row]`` the free slots. As arrays, a pool moves
+    with its row (``reorder``) and the compiled step adds to it as the Python step does
+    (``_pool_add``); ``results`` makes the ``Hypothesis`` objects once, when the row is done.
     """
 
     # Per-row arrays (capacity first), allocated by _grow; rows [0, size) are live.
@@ -346,6 +345,20 @@ class BeamBatch:
     loop_repeats: np.ndarray
     loop_ngram: np.ndarray
     constrained: np.ndarray  # (capacity,) bool: the row has terminology constraints (nmtserve.decoding.constraints)
+    # The pools (the class text): per row its size ``pool_keep``; per slot (capacity, P + 1) the
+    # hypothesis' length, normalised score, sum of log-probs, constraints met (-1: none asked),
+    # flags; (capacity, P + 1, T) its tokens, alignment and running scores (token log-probabilities
+    # are their differences). ``fin_order`` (capacity, P + 1): the live slots first, in list order.
+    pool_keep: np.ndarray
+    fin_order: np.ndarray
+    fin_len: np.ndarray
+    fin_score: np.ndarray
+    fin_sum: np.ndarray
+    fin_met: np.ndarray
+    fin_flags: np.ndarray
+    fin_tokens: np.ndarray
+    fin_align: np.ndarray
+    fin_totals: np.ndarray
 
     # Up to this many rows, ``advance`` of ``Candidates`` runs row by row in Python
     # (``_advance_few``): the ~60 NumPy calls of a vectorized step cost ~0.15 ms whatever the
@@ -360,7 +373,7 @@ class BeamBatch:
         self.k, self.bos_id, self.eos_id = beam, bos_id, eos_id
         self.size, self.capacity = 0, 0
         self.max_steps = max(1, max_steps)
-        self.pools: list[_Finished] = []
+        self.pool_slots = beam  # P: the largest pool_keep the arrays hold (grows with a row's)
         self.options: list[SearchOptions] = []
         self._attention: np.ndarray | None = None  # the current step's (b, K) source positions
         # Distinct ``suppress_sequences`` of the rows added (``suppress`` indexes it), and whether
@@ -380,7 +393,7 @@ class BeamBatch:
         self._grow(max(1, capacity))
 
     def _grow(self, capacity: int) -> None:
-        k, b, t = self.k, self.size, self.max_steps
+        k, b, t, slots = self.k, self.size, self.max_steps, self.pool_slots + 1
         fresh: dict[str, np.ndarray] = {
             "scores": np.zeros((capacity, k)), "tokens": np.zeros((capacity, k), np.int64),
             "parents": np.zeros((capacity, k), np.int64), "t": np.zeros(capacity, np.int64),
@@ -397,16 +410,17 @@ class BeamBatch:
             "no_repeat": np.zeros(capacity, np.int64), "repetition": np.ones(capacity),
             "suppress": np.zeros(capacity, np.int64), "loop_repeats": np.zeros(capacity, np.int64),
             "loop_ngram": np.ones(capacity, np.int64), "constrained": np.zeros(capacity, bool),
+            "pool_keep": np.ones(capacity, np.int64),
+            "fin_order": np.tile(np.arange(slots, dtype=np.int64), (capacity, 1)),
+            "fin_len": np.zeros((capacity, slots), np.int64), "fin_score": np.zeros((capacity, slots)),
+            "fin_sum": np.zeros((capacity, slots)), "fin_met": np.full((capacity, slots), -1, np.int64),
+            "fin_flags": np.zeros((capacity, slots), np.int8), "fin_tokens": np.zeros((capacity, slots, t), np.int32),
+            "fin_align": np.zeros((capacity, slots, t), np.int16), "fin_totals": np.zeros((capacity, slots, t)),
         }
         for name, array in fresh.items():
-            if b:
+            if b:  # the live rows, into the leading part of every axis (new slots and steps after)
                 old = getattr(self, name)
-                if array.ndim == 3:
-                    array[:b, :, : old.shape[2]] = old[:b]
-                elif array.ndim == 2 and name == "forced":
-                    array[:b, : old.shape[1]] = old[:b]
-                else:
-                    array[:b] = old[:b]
+                array[(slice(0, b), *(slice(0, n) for n in old.shape[1:]))] = old[:b]
             setattr(self, name, array)
         self.capacity = capacity
         self._native_step = None  # the compiled step's views of the arrays just replaced
@@ -428,8 +442,13 @@ class BeamBatch:
         max_len = self.steps_for(options, source_length, prefix)
         if max_steps is not None:
             max_len = min(max_len, max_steps)
-        if self.size == self.capacity or max_len > self.max_steps:
+        # "opennmt": done once a step's best candidate finished and num_hypotheses have (the pool
+        # keeps the best K, so its best num_hypotheses are the toolkit's).
+        capacity = options.num_hypotheses if options.rule == "opennmt" else options.n_finished
+        keep = max(options.n_finished, capacity)
+        if self.size == self.capacity or max_len > self.max_steps or keep > self.pool_slots:
             self.max_steps = max(self.max_steps, max_len)
+            self.pool_slots = max(self.pool_slots, keep)
             self._grow(2 * self.capacity if self.size == self.capacity else self.capacity)
         row = self.size
         self.scores[row] = _INITIAL_OTHER_BEAMS
@@ -444,10 +463,8 @@ class BeamBatch:
         self.align[row], self.rule[row], self.top_finished[row] = options.alignment, rule, False
         self.confident[row] = options.confidence
         self._confidence |= options.confidence
-        # "opennmt": done once a step's best candidate finished and num_hypotheses have (the pool
-        # keeps the best K, so its best num_hypotheses are the toolkit's).
-        capacity = options.num_hypotheses if options.rule == "opennmt" else options.n_finished
         self.pool_size[row], self.pool_capacity[row], self.pool_worst[row] = 0, capacity, -np.inf
+        self.pool_keep[row] = keep
         self.done[row] = False
         self.no_repeat[row], self.repetition[row] = options.no_repeat_ngram_size, options.repetition_penalty
         if options.suppress_sequences not in self.suppress_sets:
@@ -457,7 +474,6 @@ class BeamBatch:
         self._controls |= options.controls
         self._loops |= options.loop_repeats > 0
         self._full_steps |= options.rule == "fairseq" or bool(constraints)
-        self.pools.append(_Finished(max(options.n_finished, capacity)))
         self.options.append(options)
         if constraints and (self.n_forced[row] or options.rule != "transformers"):
             raise ValueError("terminology constraints are for the transformers rule without a target prefix")
@@ -478,7 +494,6 @@ class BeamBatch:
             else:
                 for array in arrays:
                     array[moved] = array[order[moved]]  # the right side is a copy: overlaps are safe
-        self.pools = [self.pools[i] for i in order.tolist()]
         self.options = [self.options[i] for i in order.tolist()]
         self.terms = [self.terms[i] for i in order.tolist()]
         self.progress = [self.progress[i] for i in order.tolist()]
@@ -490,8 +505,61 @@ class BeamBatch:
 
     def results(self, row: int) -> list[Hypothesis]:
         """The row's best hypotheses; with constraints, those that met more of them first."""
-        return sorted(self.pools[row].hyps, key=lambda h: (-(h.constraints_met or 0), -h.score)
+        return sorted(self._hypotheses(row), key=lambda h: (-(h.constraints_met or 0), -h.score)
                       )[: self.options[row].num_hypotheses]
+
+    def _hypotheses(self, row: int) -> list[Hypothesis]:
+        """The row's pool as ``Hypothesis`` objects, in its list order."""
+        size = int(self.pool_size[row])
+        if not size:
+            return []
+        lengths, flags, met = self.fin_len[row].tolist(), self.fin_flags[row].tolist(), self.fin_met[row].tolist()
+        scores, sums = self.fin_score[row].tolist(), self.fin_sum[row].tolist()
+        out = []
+        for slot in self.fin_order[row, :size].tolist():
+            n = lengths[slot]
+            logprobs = None
+            if flags[slot] & _HAS_LOGPROBS:
+                logprobs = np.diff(self.fin_totals[row, slot, :n], prepend=0.0).tolist()
+            out.append(Hypothesis(self.fin_tokens[row, slot, :n].tolist(), scores[slot], sums[slot],
+                                  self.fin_align[row, slot, :n].tolist() if flags[slot] & _HAS_ALIGNMENT else None,
+                                  token_logprobs=logprobs, constraints_met=None if met[slot] < 0 else met[slot]))
+        return out
+
+    @property
+    def pools(self) -> list[_Finished]:
+        """Every live row's pool as a list of hypotheses (a copy: for reading and tests)."""
+        return [_Finished(int(self.pool_keep[row]), self._hypotheses(row)) for row in range(self.size)]
+
+    def _pool_add(self, row: int, tokens, score: float, sum_logprobs: float, alignment=None, totals=None,
+                  met: int | None = None) -> None:
+        """Offer a finished hypothesis to ``row``'s pool (its ``tokens``; ``alignment`` and the
+        running ``totals`` when asked): kept while the pool has room or when it beats the pool's
+        worst; over ``pool_keep``, the pool is sorted best first (stable: on equal scores the
+        earlier stays) and the last dropped. nmtserve_native's ``finish`` repeats it rule for rule."""
+        keep, size = int(self.pool_keep[row]), int(self.pool_size[row])
+        order = self.fin_order[row]
+        if size >= keep and not score > float(self.fin_score[row, order[:size]].min()):
+            return
+        slot, n = int(order[size]), len(tokens)
+        self.fin_tokens[row, slot, :n] = tokens
+        self.fin_len[row, slot], self.fin_score[row, slot], self.fin_sum[row, slot] = n, score, sum_logprobs
+        self.fin_met[row, slot] = -1 if met is None else met
+        flags = 0
+        if alignment is not None:
+            self.fin_align[row, slot, :n] = alignment
+            flags |= _HAS_ALIGNMENT
+        if totals is not None:
+            self.fin_totals[row, slot, :n] = totals
+            flags |= _HAS_LOGPROBS
+        self.fin_flags[row, slot] = flags
+        size += 1
+        if size > keep:
+            live = order[:size].copy()
+            order[:size] = live[np.argsort(-self.fin_score[row, live], kind="stable")]
+            size -= 1
+        self.pool_size[row] = size
+        self.pool_worst[row] = float(self.fin_score[row, order[:size]].min()) if size >= keep else -np.inf
 
     @property
     def wants_attention(self) -> bool:
@@ -571,19 +639,13 @@ class BeamBatch:
 
     def _advance_native(self, candidates: Candidates) -> None:
         """``advance`` on ``Candidates`` in compiled code (``nmtserve.decoding.native``): one call
-        ranks and applies; a step where candidates finish hands its ranking back, the finished
-        hypotheses go to their Python pools here, then the compiled ``apply`` follows."""
+        ranks, puts the finished hypotheses in their rows' pools and applies."""
         step = _native.module
         assert step is not None
         if self._native_step is None:
             self._native_step = step.Step(self)
-        ranked = step.step(self._native_step, self.size, candidates.values, candidates.tokens, candidates.vocab,
-                           self._loops, self._confidence, self._attention)
-        if ranked is not None:
-            b = self.size
-            top_beam, top_token, top_scores, finishing = ranked
-            self._finish(finishing, top_beam, top_token, top_scores, self._counted(self.t[:b] + 1))
-            step.apply(self._native_step, self._confidence, self._attention)
+        step.step(self._native_step, self.size, candidates.values, candidates.tokens, candidates.vocab,
+                  self._loops, self._confidence, self._attention)
 
     def _counted(self, gen_len: np.ndarray) -> np.ndarray:
         """Rows [0, size): the length the penalty sees after a step that makes ``gen_len`` tokens:
@@ -671,18 +733,17 @@ class BeamBatch:
         cands = step_candidates(scores, log_probs, self.progress[row], terms, eos,
                                 no_eos=t < int(self.min_len[row]), at_max=at_max, best=2 * k)
         chosen = allocate(cands, k, terms)
-        pool, penalty = self.pools[row], float(self.penalty[row])
+        penalty = float(self.penalty[row])
         everything = (1 << len(terms)) - 1
-        met_done = any(h.constraints_met == len(terms) for h in pool.hyps)
+        met_done = bool((self.fin_met[row, self.fin_order[row, : int(self.pool_size[row])]] == len(terms)).any())
         running: list[Candidate] = []
         for cand in chosen:
             if cand.token == eos or at_max:
                 if cand.progress.met != everything and met_done:
                     continue  # a translation with every term is already there
-                logprobs = None if totals is None else np.diff(np.append(totals[cand.beam], cand.score),
-                                                                     prepend=0.0).tolist()
-                pool.add(Hypothesis([*sequences[cand.beam].tolist(), cand.token], cand.score / float(counted) ** penalty,
-                                    cand.score, None, token_logprobs=logprobs, constraints_met=cand.progress.count()))
+                self._pool_add(row, [*sequences[cand.beam].tolist(), cand.token], cand.score / float(counted) ** penalty,
+                               cand.score, totals=None if totals is None else np.append(totals[cand.beam], cand.score),
+                               met=cand.progress.count())
             else:
                 running.append(cand)
         dead = k - len(running)
@@ -697,7 +758,6 @@ class BeamBatch:
         self.scores[row] = [c.score for c in running] + [-np.inf] * dead
         self.progress[row] = [c.progress for c in running] + [START] * dead
         self.t[row] = gen_len
-        self.pool_size[row], self.pool_worst[row] = len(pool.hyps), pool.worst()
         self.done[row] = at_max or not running or self._cannot_improve_one(row, running[0].score, counted)
 
     def _eos_forced(self) -> np.ndarray:
@@ -711,24 +771,16 @@ class BeamBatch:
                              int(counted[row]))
 
     def _finish_one(self, row: int, beam: int, token: int, score: float, counted: int) -> None:
-        pool = self.pools[row]
-        if int(self.rule[row]) == _FAIRSEQ and len(pool.hyps) >= pool.capacity:
+        if int(self.rule[row]) == _FAIRSEQ and int(self.pool_size[row]) >= int(self.pool_keep[row]):
             return  # fairseq finalizes the first K, in rank order, and no more
-        alignment = None
+        t = int(self.t[row])
+        alignment = totals = None
         if self.align[row] and self._attention is not None:
-            t = int(self.t[row])
             alignment = [*self.aligned[row, beam, :t].tolist(), int(self._attention[row, beam])]
-        pool.add(Hypothesis([*self.prefix(row, beam), token], score / float(counted) ** float(self.penalty[row]), score,
-                            alignment, self._token_logprobs(row, beam, score)))
-        self.pool_size[row], self.pool_worst[row] = len(pool.hyps), pool.worst()
-
-    def _token_logprobs(self, row: int, beam: int, score: float) -> list[float] | None:
-        """A hypothesis ending at this step from ``beam`` with running ``score``: its tokens'
-        log-probabilities (the differences of its running scores); None unless the row asked."""
-        if not self.confident[row]:
-            return None
-        totals = np.append(self.cumulative[row, beam, : int(self.t[row])], score)
-        return np.diff(totals, prepend=0.0).tolist()
+        if self.confident[row]:  # the running scores: token log-probabilities are their differences
+            totals = np.append(self.cumulative[row, beam, :t], score)
+        self._pool_add(row, [*self.prefix(row, beam), token], score / float(counted) ** float(self.penalty[row]), score,
+                       alignment, totals)
 
     def _advance_few(self, candidates: Candidates) -> None:
         """``advance`` + ``_apply`` for a few rows, row by row on Python numbers: the same ranking
