@@ -13,6 +13,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+from helpers import needs_exact_ort_int8
 
 from nmtserve.decoding import native
 from nmtserve.export.cpu_graph import build_cpu_decoder, build_cpu_encoder
@@ -73,6 +74,7 @@ def test_the_compiled_encoder_equals_pytorch_and_the_graph(tmp_path, layout):
                 assert not key[b, :, :, n:].any()
 
 
+@needs_exact_ort_int8
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_the_compiled_encoder_computes_int8_graphs_as_onnx_runtime(tmp_path, layout):
     """Their int32 sums are exact and their scalings round alike; float32 noise between the

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import onnxruntime as ort
 import pytest
+from helpers import needs_exact_ort_int8
 
 from nmtserve import graphs
 from nmtserve.decoding import native
@@ -153,6 +154,7 @@ def _compare_int8(step, session, feeds, where: str) -> None:
     np.testing.assert_array_equal(got["top_ids"], np.argsort(-got["log_probs"], axis=-1, kind="stable")[..., :m])
 
 
+@needs_exact_ort_int8
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_the_compiled_step_computes_int8_graphs_as_onnx_runtime(tmp_path, layout):
     model = _model(**LAYOUTS[layout])
@@ -164,6 +166,7 @@ def test_the_compiled_step_computes_int8_graphs_as_onnx_runtime(tmp_path, layout
         _compare_int8(step, session, _feeds(model, *shape, seed=seed), f"{layout} {shape}")
 
 
+@needs_exact_ort_int8
 @pytest.mark.parametrize("keep", [("output",), ("embeddings",), ("attention", "ffn"), ("output", "embeddings")])
 def test_int8_graphs_with_groups_kept_in_fp32(tmp_path, keep):
     """`--int8-keep-fp32`: each product (and the table) in whichever precision the graph holds it."""
@@ -291,6 +294,7 @@ def test_served_decodes_of_the_held_out_sentences_equal_the_reference(demo_repos
         assert [(h.tokens, h.score) for h in got] == [(h.tokens, h.score) for h in want]
 
 
+@needs_exact_ort_int8
 def test_served_int8_decodes_equal_onnx_runtimes(demo_int8_repository, demo_checkpoint, demo_sentences, monkeypatch):
     """The engine on the compiled int8 step against the engine on ONNX Runtime's int8 graph (the
     export's quality gate measured that graph): 96 held-out sentences, the same hypotheses, the

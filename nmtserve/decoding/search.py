@@ -420,7 +420,7 @@ class BeamBatch:
         for name, array in fresh.items():
             if b:  # the live rows, into the leading part of every axis (new slots and steps after)
                 old = getattr(self, name)
-                array[(slice(0, b), *(slice(0, n) for n in old.shape[1:]))] = old[:b]
+                array[(slice(0, b),) + tuple(slice(0, n) for n in old.shape[1:])] = old[:b]
             setattr(self, name, array)
         self.capacity = capacity
         self._native_step = None  # the compiled step's views of the arrays just replaced

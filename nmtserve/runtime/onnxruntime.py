@@ -11,6 +11,7 @@ requested decoder outputs (``nmtserve.graphs``), nothing read by position.
 
 from __future__ import annotations
 
+import base64
 import ctypes
 import logging
 import os
@@ -67,6 +68,49 @@ def session_options(threads: int | None = None) -> ort.SessionOptions:
     if _register_shared_arena():
         so.add_session_config_entry("session.use_env_allocators", "1")
     return so
+
+
+INEXACT_INT8 = (
+    "int8 graphs are not exact under ONNX Runtime on this CPU: without VNNI (AVX-512 VNNI, AVX-VNNI or "
+    "AMX) its uint8 x int8 kernels add pairs of products in saturating 16-bit integers, which changes "
+    "translations. Serve them with nmtserve's compiled int8 step, exact on every CPU (pip install "
+    "./native), or export fp32 (--precision fp32). NMTSERVE_INEXACT_INT8=1 runs "
+    "them anyway (for measurements)")
+_int8_exact: list[bool] = []  # the probe's answer, once per process
+# The probe's graph, serialized (onnx is not a serving dependency): y = MatMulInteger(a, b), a uint8
+# (m, 64), b int8 (64, 16), y int32, opset 13 (onnx.helper made it).
+_PROBE = ("CAg6YgoYCgFhCgFiEgF5Ig1NYXRNdWxJbnRlZ2VyEgVwcm9iZVoUCgFhEg8KDQgCEgkKAxIBbQoCCEBaEwoBYhIOCgwIAxIICgIIQAoC"
+          "CBBiFAoBeRIPCg0IBhIJCgMSAW0KAggQQgQKABAN")
+
+
+def int8_products_exact() -> bool:
+    """Whether ONNX Runtime sums uint8 x int8 products exactly on this CPU.
+
+    nmtserve's int8 graphs (export/quantize.py) multiply uint8 activation codes by int8 weights.
+    ONNX Runtime's kernels for CPUs without VNNI (AVX2, AVX-512 without VNNI) multiply with
+    ``vpmaddubsw``, which adds each pair of products in a saturating int16: 255 x 127 twice is
+    64,770, far past 32,767 (ONNX Runtime's quantization docs say to use 7-bit weights there).
+    With codes around 128 that happens in ordinary rows, not only outliers: on an AVX2-only EPYC the
+    int8 decoder's log-probs were 0.26 off the exact sums' in the median (tests/test_native_step.py).
+    The probe: a product whose every pair saturates, at one row and at four."""
+    if not _int8_exact:
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        session = ort.InferenceSession(base64.b64decode(_PROBE), so, providers=["CPUExecutionProvider"])
+        k, n = 64, 16
+        b = np.full((k, n), 127, np.int8)
+        exact = all((session.run(None, {"a": np.full((m, k), 255, np.uint8), "b": b})[0] == 255 * 127 * k).all()
+                    for m in (1, 4))
+        _int8_exact.append(bool(exact))
+    return _int8_exact[0]
+
+
+def check_int8(precision: str, providers: Sequence[str] = ("CPUExecutionProvider",)) -> None:
+    """Refuse int8 graphs on a CPU where ONNX Runtime's int8 products are not exact (``INEXACT_INT8``)."""
+    if precision != "int8" or "CPUExecutionProvider" not in providers or os.environ.get("NMTSERVE_INEXACT_INT8") == "1":
+        return
+    if not int8_products_exact():
+        raise RuntimeError(INEXACT_INT8)
 
 
 MADV_DONTNEED = 4  # <sys/mman.h> on Linux
@@ -138,6 +182,7 @@ class OnnxModel:
 
     def _new_session(self, path: str) -> ort.InferenceSession:
         threads, providers = self._session_args
+        check_int8(self.spec.precision, providers)
         return ort.InferenceSession(path, session_options(threads), providers=providers)
 
     @property

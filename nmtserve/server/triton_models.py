@@ -504,10 +504,13 @@ class OnnxGraphModel:
     def initialize(self, args: dict) -> None:
         import onnxruntime as ort
 
-        from ..runtime.onnxruntime import release_mapped_weights, session_options
+        from ..runtime.onnxruntime import check_int8, release_mapped_weights, session_options
+        from ..runtime.spec import SPEC_FILE, ModelSpec
 
         params, version_dir = stub.parameters(args)
-        path = stub.artifacts(params, version_dir) / params["graph"]
+        folder = stub.artifacts(params, version_dir)
+        path = folder / params["graph"]
+        check_int8(ModelSpec.load(folder / SPEC_FILE).precision)
         self.session = ort.InferenceSession(str(path), session_options(), providers=["CPUExecutionProvider"])
         release_mapped_weights([path])
         self.inputs = [i.name for i in self.session.get_inputs()]
