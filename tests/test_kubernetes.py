@@ -111,7 +111,9 @@ def test_cpu_dockerfile_passes_hadolint_and_runs_serve_as_non_root():
     text = dockerfile.read_text()
     assert "USER 10001" in text and '"nmtserve", "serve", "--host", "0.0.0.0"' in text
     assert '"--console-log"' in text  # Triton's own log in the container's (docker/podman logs)
-    assert "ARG BASE_IMAGE=python:3.11-slim-bookworm\nFROM ${BASE_IMAGE}" in text  # the official image by default
+    assert "ARG BASE_IMAGE=python:3.11-slim-bookworm\n" in text and "\nFROM ${BASE_IMAGE}\n" in text  # the official image by default
+    # nmtserve_native built in a stage of its own (no compiler in the image) and installed: exact int8 on every CPU
+    assert "FROM ${BASE_IMAGE} AS native" in text and "wheels/nmtserve_native-*.whl" in text
     from helpers import assert_hadolint_passes
 
     assert_hadolint_passes(dockerfile)

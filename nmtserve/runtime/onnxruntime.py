@@ -74,7 +74,7 @@ INEXACT_INT8 = (
     "int8 graphs are not exact under ONNX Runtime on this CPU: without VNNI (AVX-512 VNNI, AVX-VNNI or "
     "AMX) its uint8 x int8 kernels add pairs of products in saturating 16-bit integers, which changes "
     "translations. Serve them with nmtserve's compiled int8 step, exact on every CPU (pip install "
-    "./native), or export fp32 (--precision fp32). NMTSERVE_INEXACT_INT8=1 runs "
+    "./native; the CPU image has it), or export fp32 (--precision fp32). NMTSERVE_INEXACT_INT8=1 runs "
     "them anyway (for measurements)")
 _int8_exact: list[bool] = []  # the probe's answer, once per process
 # The probe's graph, serialized (onnx is not a serving dependency): y = MatMulInteger(a, b), a uint8
