@@ -98,6 +98,42 @@ struct Impl {
     return V::hsum(acc);
   }
 
+  // out[j] = dot(a, b[j] + off, n) for j < 4, each the same FMA chain and sum as dot's: four
+  // independent chains at once (one dot's chain is a latency-bound line of FMAs), ``a`` loaded once.
+  static void dot4(const float *a, const float *const *b, int off, int n, float *out) {
+    T acc[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
+    int i = 0;
+    for (; i + W <= n; i += W) {
+      const T av = V::load(a + i);
+      for (int j = 0; j < 4; ++j) acc[j] = V::fma(av, V::load(b[j] + off + i), acc[j]);
+    }
+    if (i < n) {
+      const T av = V::load_n(a + i, n - i, 0.f);
+      for (int j = 0; j < 4; ++j) acc[j] = V::fma(av, V::load_n(b[j] + off + i, n - i, 0.f), acc[j]);
+    }
+    for (int j = 0; j < 4; ++j) out[j] = V::hsum(acc[j]);
+  }
+
+  // y (n <= 4 W) = sum over c < count of (p[c] / total) x rows[c] + off, then + (p[count] / total)
+  // x last: the same FMA chain per element as axpy's into a zeroed y, c in order, held in registers
+  // (axpy stores and reloads y for every c). Returns false (nothing done) for n > 4 W.
+  static bool weighted_sum(const float *p, float total, const float *const *rows, int off, int count, const float *last,
+                           int n, float *y) {
+    if (n > 4 * W) return false;
+    const int full = n / W, tail = n - full * W;
+    T acc[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
+    auto add = [&](float a, const float *x) {
+      const T av = V::set1(a);
+      for (int v = 0; v < full; ++v) acc[v] = V::fma(av, V::load(x + v * W), acc[v]);
+      if (tail) acc[full] = V::fma(av, V::load_n(x + full * W, tail, 0.f), acc[full]);
+    };
+    for (int c = 0; c < count; ++c) add(p[c] / total, rows[c] + off);
+    add(p[count] / total, last);
+    for (int v = 0; v < full; ++v) V::store(y + v * W, acc[v]);
+    if (tail) V::store_n(y + full * W, acc[full], tail);
+    return true;
+  }
+
   static void axpy(float a, const float *x, float *y, int n) {
     const T av = V::set1(a);
     int i = 0;
@@ -185,13 +221,16 @@ struct Impl {
                              const float *k_new, const float *v_new, int h, int dk, float *work, float *out) {
     for (int j = 0; j < h; ++j) {
       const int head = j * dk;
-      for (int c = 0; c < count; ++c) work[c] = dot(q + head, k_rows[c] + head, dk);
+      int c = 0;
+      for (; c + 4 <= count; c += 4) dot4(q + head, k_rows + c, head, dk, work + c);
+      for (; c < count; ++c) work[c] = dot(q + head, k_rows[c] + head, dk);
       work[count] = dot(q + head, k_new + head, dk);
       const float top = max(work, count + 1);
       const float total = exp_shifted(work, count + 1, top, work);
       float *o = out + head;
+      if (weighted_sum(work, total, v_rows, head, count, v_new + head, dk, o)) continue;
       for (int e = 0; e < dk; ++e) o[e] = 0.f;
-      for (int c = 0; c < count; ++c) axpy(work[c] / total, v_rows[c] + head, o, dk);
+      for (c = 0; c < count; ++c) axpy(work[c] / total, v_rows[c] + head, o, dk);
       axpy(work[count] / total, v_new + head, o, dk);
     }
   }
