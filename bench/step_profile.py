@@ -32,7 +32,11 @@ split):
   no feeds, the new K/V written in place; ``run_step`` where the engine builds feeds), ``kernels``
   the compiled call inside it (timed around it: the arithmetic, pybind11's argument handling and
   the call's own checks and K/V writes, a few microseconds) and ``ort_overhead`` the wrapper's
-  Python around that call; there are no nodes and no twin;
+  Python around that call; there are no nodes and no twin. Where the engine runs steps with no
+  Python between them (``run_steps``, the default with the compiled step; NMTSERVE_NATIVE_LOOP=0
+  turns it off for a "before"), the module's own clock (``nmtserve_native.loop_clock``) splits
+  each call: its decoder kernels count in ``kernels``, its compiled search step and ancestor
+  table in ``search``;
 * ``search``: ``BeamBatch.advance`` (candidates, finished hypotheses, the length penalty,
   forced tokens and constraints);
 * ``cache``: the step's feeds (``_feeds``: the ancestor table's window, the masks), the new K/V
@@ -180,6 +184,7 @@ def profile_engine(art: Path, ids: list[list[int]], batch: int, threads: int, or
     ``workers`` > 1: an ``EnginePool``, the server's layout, wall time only). ``capture``: keep
     every decoder step's feeds (``out["feeds"]``) for the no-work twin."""
     import nmtserve.runtime.onnxruntime as ortrt
+    from nmtserve.decoding import native as native_module
     from nmtserve.decoding import search as search_module
     from nmtserve.decoding.search import SearchOptions
     from nmtserve.engine import EnginePool, InflightBatcher
@@ -213,7 +218,7 @@ def profile_engine(art: Path, ids: list[list[int]], batch: int, threads: int, or
 
     class Compiled:  # DecoderStep's methods are read-only on the object: stand in for it
         def __init__(self, step):
-            self.run, self.run_pool = step.run, step.run_pool
+            self.run, self.run_pool, self.run_steps = step.run, step.run_pool, step.run_steps
             timers.wrap(self, "run", "kernels")
             timers.wrap(self, "run_pool", "kernels")
 
@@ -227,6 +232,11 @@ def profile_engine(art: Path, ids: list[list[int]], batch: int, threads: int, or
         timers.wrap(native, "run_step", "session_run")
         timers.wrap(native, "run_pool", "session_run")
         model.pool_step = native.run_pool
+        # ... and its runs of steps with no Python between them (``run_steps``: the decoder, the
+        # compiled search, the ancestor table; NMTSERVE_NATIVE_LOOP=0 turns them off): the call is
+        # timed here, its kernels and the rest (search and table) by the module's own clock.
+        timers.wrap(native, "run_steps", "session_run")
+        model.pool_steps = native.run_steps
         native.step = Compiled(native.step)
     else:
         decoder_run = model.decoder.run
@@ -259,6 +269,9 @@ def profile_engine(art: Path, ids: list[list[int]], batch: int, threads: int, or
         timers.seconds.clear()
         timers.calls.clear()
         captured.clear()
+        clock = native_module.module.loop_clock if native is not None and native_module.module else None
+        if clock is not None:
+            clock(reset=True)
         steps_before = engine.stats["steps"] if workers == 1 else 0
         start = time.perf_counter()
         for at in range(0, len(ids), batch):
@@ -275,7 +288,12 @@ def profile_engine(art: Path, ids: list[list[int]], batch: int, threads: int, or
     seconds = dict(timers.seconds)
     out["native"] = native is not None
     if native is not None:
-        out["native_kernels_s"] = seconds.get("kernels", 0.0)
+        looped = clock(reset=True) if clock is not None else {"calls": 0, "steps": 0, "kernels_ns": 0, "total_ns": 0}  # run_steps: its kernels; the rest is the search and the table
+        rest = (looped["total_ns"] - looped["kernels_ns"]) / 1e9
+        seconds["session_run"] = seconds.get("session_run", 0.0) - rest
+        seconds["search"] = seconds.get("search", 0.0) + rest
+        out["native_kernels_s"] = seconds.get("kernels", 0.0) + looped["kernels_ns"] / 1e9
+        out["compiled_loop"] = {"calls": looped["calls"], "steps": looped["steps"]}
     elif ort_profile:
         path = Path(model.decoder_session.end_profiling())
         kernels, nodes, runs = kernel_seconds(path, steps_before)

@@ -23,6 +23,8 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -34,6 +36,7 @@
 
 #include "int8.h"
 #include "kernels.h"
+#include "search_state.h"
 #include "team.h"
 
 namespace py = pybind11;
@@ -42,6 +45,18 @@ namespace nmtnative {
 namespace {
 
 using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+// Where run_steps' time goes (bench/step_profile.py): calls, steps, nanoseconds in the decoder's
+// kernels (compute) and in the whole loop (the rest: the search's step and the ancestor table).
+struct LoopClock {
+  std::atomic<uint64_t> calls{0}, steps{0}, kernels_ns{0}, total_ns{0};
+};
+LoopClock loop_clock;
+
+uint64_t clock_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
 
 struct Norm {
   const float *w = nullptr, *b = nullptr;
@@ -429,52 +444,98 @@ class DecoderStep : Products {
                     py::array &pool_value, py::array &table, const py::array &start, const py::array &src_len,
                     const std::vector<py::array> &memory_keys, const std::vector<py::array> &memory_values,
                     bool want_attention, bool want_log_probs) const {
-    if (tokens.ndim() != 2 || pool_key.ndim() != 5 || table.ndim() != 3 || memory_keys.empty() || memory_keys[0].ndim() != 4) {
-      throw std::invalid_argument("native decoder step: tokens (b, K), pools (T, R, L, h, d_k), table (b, K, T), memories (b, h, d_k, S)");
+    if (tokens.ndim() != 2) throw std::invalid_argument("native decoder step: tokens (b, K)");
+    const py::ssize_t K = tokens.shape(1);
+    if (b > tokens.shape(0) || b > steps.shape(0)) {
+      throw std::invalid_argument("native decoder step: the search's arrays hold fewer than " + std::to_string(b) + " rows");
     }
-    const py::ssize_t K = tokens.shape(1), T = pool_key.shape(0), R = pool_key.shape(1), S = memory_keys[0].shape(3);
-    const py::ssize_t rows = table.shape(0);
-    if (b < 1 || b > rows || b > tokens.shape(0) || b > steps.shape(0) || b > start.shape(0) || b > src_len.shape(0) ||
-        b * K > R || g < 0 || g >= T || table.shape(1) != K || table.shape(2) < T) {
-      throw std::invalid_argument("native decoder step: the group's arrays do not fit " + std::to_string(b) +
-                                  " rows at time " + std::to_string(g));
-    }
+    Pool pool = pool_of(b, g, K, pool_key, pool_value, table, start, src_len, memory_keys, memory_values);
     const int64_t *tok = checked<int64_t>(tokens, "tokens", {-1, K});
     const int64_t *t_of = checked<int64_t>(steps, "steps", {-1});
-    const int64_t *first = checked<int64_t>(start, "start", {-1});
-    const int64_t *length = checked<int64_t>(src_len, "src_len", {-1});
-    float *key = mutable_checked<float>(pool_key, "pool_key", {T, R, n_layers_, h_, dk_});
-    float *value = mutable_checked<float>(pool_value, "pool_value", {T, R, n_layers_, h_, dk_});
-    int32_t *tab = mutable_checked<int32_t>(table, "table", {rows, K, -1});
-    const py::ssize_t T_table = table.shape(2);
-    thread_local std::vector<int32_t> ids, position;
-    ids.resize(b * K), position.resize(b);
-    for (py::ssize_t n = 0; n < b * K; ++n) ids[n] = tok[n] < 0 || tok[n] > INT32_MAX ? -1 : static_cast<int32_t>(tok[n]);
-    for (py::ssize_t s = 0; s < b; ++s) position[s] = t_of[s] < 0 || t_of[s] > INT32_MAX ? -1 : static_cast<int32_t>(t_of[s]);
-    Inputs in;
-    in.ids = ids.data(), in.position = position.data();
-    in.past_key = key, in.past_value = value;
-    in.cache_rows = tab, in.rows_stride = T_table;
-    memories(in, memory_keys, memory_values, rows, S);
-    in.B = b, in.K = K, in.R = R, in.S = S;
-    check_tokens(in);
     Lists &lists = lists_for(b);
+    step_inputs(pool, b, g, tok, t_of, lists);
+    const size_t at = static_cast<size_t>(g) * pool.R * n_layers_ * d_;  // pool time g, row 0
+    py::dict result = outputs(pool.in, want_attention, want_log_probs, pool.key + at, pool.value + at, lists);
+    for (py::ssize_t n = 0; n < b * K; ++n) pool.table[n * pool.T_table + g] = static_cast<int32_t>(n);
+    return result;
+  }
+
+  // The engine's steps with no Python between them (engine.batcher's ``_steps_compiled``): from
+  // pool time ``g``, each step is ``run_pool``'s, then the search's compiled step on its top
+  // 2K + 1 candidates (search_step.cpp: ranked, finished hypotheses into their pools, applied;
+  // each hypothesis' most attended source position first where ``attention``), then the ancestor
+  // table follows the parents over [t_lo, g + 1): what the engine's Python does between steps, in
+  // the same order on the same arrays, so the results are the same bits. Stops after a step where
+  // a row is done (the engine retires it), before the pool's last time (the engine compacts), after
+  // ``max_steps`` (cancellations are looked at between calls), before a step that needs every
+  // token's log-probability (fairseq's last step, when ``full_steps``), and when ``interrupt[0]``
+  // is set (a request arrived: the engine admits it). At least one step; returns how many ran.
+  // Touches no Python object while it runs: the other threads (the server's requests) run.
+  int run_steps(Step &search, int b, int g, int t_lo, int max_steps, const py::array &interrupt, int64_t vocab,
+                py::array &pool_key, py::array &pool_value, py::array &table, const py::array &start,
+                const py::array &src_len, const std::vector<py::array> &memory_keys,
+                const std::vector<py::array> &memory_values, bool loops, bool confidence, bool want_attention,
+                bool full_steps) const {
+    const py::ssize_t K = search.k;
+    if (search.tokens.dim1 != K || b > search.tokens.keep.shape(0) || b > search.t.keep.shape(0) ||
+        b > search.parents.keep.shape(0)) {
+      throw std::invalid_argument("native decoder steps: the search's arrays do not fit " + std::to_string(b) + " rows");
+    }
+    if (max_steps < 1 || t_lo < 0 || t_lo > g) throw std::invalid_argument("native decoder steps: max_steps >= 1, 0 <= t_lo <= g");
+    const int32_t *flag = checked<int32_t>(interrupt, "interrupt", {1});
+    Pool pool = pool_of(b, g, K, pool_key, pool_value, table, start, src_len, memory_keys, memory_values);
     for (py::ssize_t s = 0; s < b; ++s) {
-      if (first[s] < 0 || first[s] > g) throw std::invalid_argument("native decoder step: a sentence starts after the step");
-      if (length[s] < 0 || length[s] > S) throw std::invalid_argument("native decoder step: a source is longer than its memory");
-      for (int t = static_cast<int>(first[s]); t < g; ++t) {
-        lists.times[s].push_back(t);
-        for (py::ssize_t k = 0; k < K; ++k) {
-          const int32_t r = tab[(s * K + k) * T_table + t];
-          if (r < 0 || r >= R) throw std::invalid_argument("native decoder step: a cache row is out of range");
+      if (pool.first[s] < t_lo) throw std::invalid_argument("native decoder steps: a sentence starts before t_lo");
+    }
+    const size_t N = static_cast<size_t>(b * K), C = candidates_, m = std::min<size_t>(2 * K + 1, C);
+    const py::ssize_t S = pool.S;
+    std::vector<float> top_values(N * C), attention(want_attention ? N * S : 0);
+    std::vector<int32_t> top_ids(N * C), copy;
+    std::vector<double> values(N * m);
+    std::vector<int64_t> ids(N * m);
+    std::vector<int16_t> positions(want_attention ? N : 0);
+    Outputs out{top_values.data(), top_ids.data(), nullptr, nullptr, want_attention ? attention.data() : nullptr, nullptr};
+    const size_t slice = static_cast<size_t>(pool.R) * n_layers_ * d_;  // one pool time
+    int done_steps = 0;
+    py::gil_scoped_release release;
+    const uint64_t began = clock_ns();
+    uint64_t kernels_ns = 0;
+    for (;;) {
+      Lists &lists = lists_for(b);
+      step_inputs(pool, b, g, search.tokens.data, search.t.data, lists);
+      out.new_key = pool.key + g * slice, out.new_value = pool.value + g * slice;
+      const uint64_t kernels_began = clock_ns();
+      compute(pool.in, out, lists);
+      kernels_ns += clock_ns() - kernels_began;
+      for (size_t n = 0; n < N; ++n) pool.table[n * pool.T_table + g] = static_cast<int32_t>(n);
+      for (size_t n = 0; n < N; ++n) {  // the engine's Candidates: the first m of each hypothesis', widened
+        for (size_t j = 0; j < m; ++j) values[n * m + j] = top_values[n * C + j], ids[n * m + j] = top_ids[n * C + j];
+      }
+      if (want_attention) {  // numpy's argmax: the first of the largest
+        for (size_t n = 0; n < N; ++n) {
+          const float *a = attention.data() + n * S;
+          py::ssize_t best = 0;
+          for (py::ssize_t j = 1; j < S; ++j)
+            if (a[j] > a[best]) best = j;
+          positions[n] = static_cast<int16_t>(best);
         }
       }
-      for (int p = 0; p < length[s]; ++p) lists.sources[s].push_back(p);
+      const int16_t *where = want_attention ? positions.data() : nullptr;
+      if (search.rank(b, values.data(), ids.data(), static_cast<py::ssize_t>(m), vocab, loops)) search.finish(where);
+      search.apply(where, confidence);
+      follow_parents_rows(pool.table, K, pool.T_table, search.parents.data, b, t_lo, g + 1, copy);
+      ++g, ++done_steps;
+      bool any_done = false;
+      for (py::ssize_t s = 0; s < b; ++s) any_done = any_done || search.done(s);
+      if (any_done || g + 1 >= pool.T || done_steps >= max_steps || __atomic_load_n(flag, __ATOMIC_ACQUIRE)) break;
+      bool eos_forced = false;  // search.BeamBatch.wants_log_probs
+      for (py::ssize_t s = 0; full_steps && s < b; ++s)
+        eos_forced = eos_forced || (search.rule(s) == kFairseq && search.t(s) + 1 >= search.max_len(s));
+      if (eos_forced) break;
     }
-    const size_t at = static_cast<size_t>(g) * R * n_layers_ * d_;  // pool time g, row 0
-    py::dict result = outputs(in, want_attention, want_log_probs, key + at, value + at, lists);
-    for (py::ssize_t n = 0; n < b * K; ++n) tab[n * T_table + g] = static_cast<int32_t>(n);
-    return result;
+    loop_clock.calls += 1, loop_clock.steps += done_steps;
+    loop_clock.kernels_ns += kernels_ns, loop_clock.total_ns += clock_ns() - began;
+    return done_steps;
   }
 
  private:
@@ -495,6 +556,63 @@ class DecoderStep : Products {
     if (static_cast<py::ssize_t>(lists.times.size()) < B) lists.times.resize(B), lists.sources.resize(B);
     for (py::ssize_t b = 0; b < B; ++b) lists.times[b].clear(), lists.sources[b].clear();
     return lists;
+  }
+  // The group's arrays for steps at pool time g, checked once (with the GIL held).
+  struct Pool {
+    Inputs in;  // ids and position: step_inputs
+    py::ssize_t T = 0, R = 0, S = 0, T_table = 0;
+    const int64_t *first = nullptr, *length = nullptr;
+    float *key = nullptr, *value = nullptr;
+    int32_t *table = nullptr;
+    std::vector<int32_t> ids, position;
+  };
+  Pool pool_of(int b, int g, py::ssize_t K, py::array &pool_key, py::array &pool_value, py::array &table,
+               const py::array &start, const py::array &src_len, const std::vector<py::array> &memory_keys,
+               const std::vector<py::array> &memory_values) const {
+    if (pool_key.ndim() != 5 || table.ndim() != 3 || memory_keys.empty() || memory_keys[0].ndim() != 4) {
+      throw std::invalid_argument("native decoder step: tokens (b, K), pools (T, R, L, h, d_k), table (b, K, T), memories (b, h, d_k, S)");
+    }
+    Pool p;
+    p.T = pool_key.shape(0), p.R = pool_key.shape(1), p.S = memory_keys[0].shape(3);
+    const py::ssize_t rows = table.shape(0);
+    if (b < 1 || b > rows || b > start.shape(0) || b > src_len.shape(0) || b * K > p.R || g < 0 || g >= p.T ||
+        table.shape(1) != K || table.shape(2) < p.T) {
+      throw std::invalid_argument("native decoder step: the group's arrays do not fit " + std::to_string(b) +
+                                  " rows at time " + std::to_string(g));
+    }
+    p.first = checked<int64_t>(start, "start", {-1});
+    p.length = checked<int64_t>(src_len, "src_len", {-1});
+    p.key = mutable_checked<float>(pool_key, "pool_key", {p.T, p.R, n_layers_, h_, dk_});
+    p.value = mutable_checked<float>(pool_value, "pool_value", {p.T, p.R, n_layers_, h_, dk_});
+    p.table = mutable_checked<int32_t>(table, "table", {rows, K, -1});
+    p.T_table = table.shape(2);
+    memories(p.in, memory_keys, memory_values, rows, p.S);
+    p.in.B = b, p.in.K = K, p.in.R = p.R, p.in.S = p.S;
+    p.in.past_key = p.key, p.in.past_value = p.value;
+    p.in.cache_rows = p.table, p.in.rows_stride = p.T_table;
+    return p;
+  }
+  // A step's token ids, positions and each sentence's past times and source positions, from the
+  // search's tokens (b, K) and steps (b,), checked (no Python object touched).
+  void step_inputs(Pool &p, int b, int g, const int64_t *tok, const int64_t *t_of, Lists &lists) const {
+    const py::ssize_t K = p.in.K;
+    p.ids.resize(b * K), p.position.resize(b);
+    for (py::ssize_t n = 0; n < b * K; ++n) p.ids[n] = tok[n] < 0 || tok[n] > INT32_MAX ? -1 : static_cast<int32_t>(tok[n]);
+    for (py::ssize_t s = 0; s < b; ++s) p.position[s] = t_of[s] < 0 || t_of[s] > INT32_MAX ? -1 : static_cast<int32_t>(t_of[s]);
+    p.in.ids = p.ids.data(), p.in.position = p.position.data();
+    check_tokens(p.in);
+    for (py::ssize_t s = 0; s < b; ++s) {
+      if (p.first[s] < 0 || p.first[s] > g) throw std::invalid_argument("native decoder step: a sentence starts after the step");
+      if (p.length[s] < 0 || p.length[s] > p.S) throw std::invalid_argument("native decoder step: a source is longer than its memory");
+      for (int t = static_cast<int>(p.first[s]); t < g; ++t) {
+        lists.times[s].push_back(t);
+        for (py::ssize_t k = 0; k < K; ++k) {
+          const int32_t r = p.table[(s * K + k) * p.T_table + t];
+          if (r < 0 || r >= p.R) throw std::invalid_argument("native decoder step: a cache row is out of range");
+        }
+      }
+      for (int q = 0; q < p.length[s]; ++q) lists.sources[s].push_back(q);
+    }
   }
   void memories(Inputs &in, const std::vector<py::array> &keys, const std::vector<py::array> &values, py::ssize_t B,
                 py::ssize_t S) const {
@@ -798,6 +916,17 @@ void register_decoder_step(py::module_ &module) {
   module.def("engage", [](int delta) { Team::team().engage(delta); }, py::arg("delta"),
              "A decode loop has sentences (+1) or is idle again (-1): a step lends idle cores only while "
              "no other loop is busy (team.h).");
+  module.def(
+      "loop_clock",
+      [](bool reset) {
+        py::dict d;
+        d["calls"] = loop_clock.calls.load(), d["steps"] = loop_clock.steps.load();
+        d["kernels_ns"] = loop_clock.kernels_ns.load(), d["total_ns"] = loop_clock.total_ns.load();
+        if (reset) loop_clock.calls = 0, loop_clock.steps = 0, loop_clock.kernels_ns = 0, loop_clock.total_ns = 0;
+        return d;
+      },
+      py::arg("reset") = false,
+      "DecoderStep.run_steps' calls, steps and nanoseconds: in the decoder's kernels and in all (bench/step_profile.py).");
   module.def("step_chunks_helped", [] { return Team::team().helped(); },
              "Chunks of decoder steps that helper threads ran since the module loaded.");
   py::class_<EncoderStep>(module, "EncoderStep",
@@ -818,7 +947,14 @@ void register_decoder_step(py::module_ &module) {
            py::arg("pool_key"), py::arg("pool_value"), py::arg("table"), py::arg("start"), py::arg("src_len"),
            py::arg("memory_keys"), py::arg("memory_values"), py::arg("attention") = false, py::arg("log_probs") = false,
            "The served engine's step on its own arrays: rows [0, b) at pool time g; the new K/V into the pool "
-           "and the table; returns top_log_probs, top_ids (and attention, log_probs when asked).");
+           "and the table; returns top_log_probs, top_ids (and attention, log_probs when asked).")
+      .def("run_steps", &DecoderStep::run_steps, py::arg("search"), py::arg("b"), py::arg("g"), py::arg("t_lo"),
+           py::arg("max_steps"), py::arg("interrupt"), py::arg("vocab"), py::arg("pool_key"), py::arg("pool_value"),
+           py::arg("table"), py::arg("start"), py::arg("src_len"), py::arg("memory_keys"), py::arg("memory_values"),
+           py::arg("loops"), py::arg("confidence"), py::arg("attention"), py::arg("full_steps"),
+           "The engine's steps from pool time g with no Python between them: each run_pool's step, the search's "
+           "compiled step (a Step of the group's BeamBatch) and the ancestor table; stops after a step where a row "
+           "is done, before the pool's last time, after max_steps, or once interrupt[0] is set. Returns the steps run.");
 }
 
 }  // namespace nmtnative

@@ -647,6 +647,21 @@ class BeamBatch:
         step.step(self._native_step, self.size, candidates.values, candidates.tokens, candidates.vocab,
                   self._loops, self._confidence, self._attention)
 
+    def compiled_steps(self) -> dict | None:
+        """What the decoder's compiled steps need to run this batch's search between them with no
+        Python (``nmtserve_native.DecoderStep.run_steps``: the same compiled step as
+        ``_advance_native``), or None where a step must come back here: the compiled search is off,
+        a row has a repetition control or terms, or this step needs every token's log-probability.
+        The compiled steps stop by themselves before fairseq's full-vocabulary last step."""
+        b = self.size
+        if not (self.native and _native.module is not None) or self.wants_log_probs \
+                or self.constrained[:b].any() or len(self._controlled_rows()):
+            return None
+        if self._native_step is None:
+            self._native_step = _native.module.Step(self)
+        return {"search": self._native_step, "loops": self._loops, "confidence": self._confidence,
+                "attention": self.wants_attention, "full_steps": self._full_steps}
+
     def _counted(self, gen_len: np.ndarray) -> np.ndarray:
         """Rows [0, size): the length the penalty sees after a step that makes ``gen_len`` tokens:
         after the prompt, at least 1; OpenNMT's counts the decoder start token too."""

@@ -39,6 +39,13 @@ and the new K/V, which it scatters into the pool where the pool lives. A group h
 with terms (``submit(constraints=)``, per sentence like its target prefix) asks for the full
 ``log_probs`` instead while that sentence runs (``BeamBatch.wants_log_probs``).
 
+With the compiled step (``pool_step``: the decoder on the group's own arrays) and one live beam
+width, whole runs of steps are one call (``pool_steps``, ``_steps_compiled``): the decoder, the
+search's compiled step and the ancestor table, with no Python and no GIL between steps, until a
+sentence is done, a request is queued (``_interrupt``), the pool's window ends or
+``COMPILED_STEPS`` ran. It does what the per-step path does on the same arrays in the same order:
+the same bits (tests/test_native_loop.py).
+
 Torch-free and Triton-free: the runtime is anything with ``spec``, ``encode(src_ids)`` and
 ``run_step(feeds) -> {name: array}`` (``OnnxModel`` in-process, ``TensorRTModel`` on a GPU, or
 BLS calls to the ``decoder`` model).
@@ -47,6 +54,7 @@ BLS calls to the ``decoder`` model).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -89,6 +97,9 @@ class StepRuntime(Protocol):
 Callback = Callable[[list[list[Hypothesis]] | None, BaseException | None], None]
 # A step of a group where some sentence asks for word alignments also fetches the attention.
 ALIGNING_OUTPUTS = (*graphs.STEP_OUTPUTS, graphs.ATTENTION)
+# The most steps one compiled call runs (``InflightBatcher._steps_compiled``): cancellations are
+# looked at between calls, so a cancelled sentence costs at most this many more steps.
+COMPILED_STEPS = 32
 
 
 def has_attention(runtime) -> bool:
@@ -231,6 +242,12 @@ class InflightBatcher:
         # The compiled step's own entry on the pools (``NativeDecoder.run_pool``): no feeds built,
         # the new K/V written in place; ``None`` where the step is ONNX Runtime's or on a device.
         self.pool_step = getattr(runtime, "pool_step", None) if self.arrays is HOST else None
+        # Its steps with no Python between them (``NativeDecoder.run_steps``: the decoder, the
+        # compiled search and the ancestor table in one call, until a sentence is done or a request
+        # arrives: ``_interrupt``), for one live beam width whose search allows it; NMTSERVE_NATIVE_LOOP=0: off.
+        compiled_loop = os.environ.get("NMTSERVE_NATIVE_LOOP", "1") != "0"
+        self.pool_steps = getattr(runtime, "pool_steps", None) if self.pool_step is not None and compiled_loop else None
+        self._interrupt = np.zeros(1, np.int32)  # set when a request is queued or the engine stops
         self.pool_time = 0  # steps the groups' cache pools hold (_reserve)
         self.g = 0  # global time of the next step
         self.pending: deque[_Request] = deque()
@@ -253,6 +270,7 @@ class InflightBatcher:
     def stop(self, timeout: float = 10.0) -> None:
         with self._cond:
             self._stopping = True
+            self._interrupt[0] = 1
             self._cond.notify_all()
         if self._thread:
             self._thread.join(timeout)
@@ -294,6 +312,7 @@ class InflightBatcher:
                 raise EngineStopped("the decoding engine is shutting down")
             self.limits.check(sum(len(r.sources) - r.next_sentence for r in self.pending), len(request.sources))
             self.pending.append(request)
+            self._interrupt[0] = 1  # compiled steps return to admit it
             self._cond.notify()
 
     def translate(self, sources: Sequence[Sequence[int]], options: SearchOptions, timeout: float | None = None,
@@ -366,6 +385,7 @@ class InflightBatcher:
         admitted: list[tuple[_Request, int]] = []
         rows_needed, free_rows = 0, self.max_rows - self.rows_in_use
         with self._cond:
+            self._interrupt[0] = 0  # what is queued now is seen here; a later request sets it again
             capacity = self.max_sentences - self.running
             self._expire()
             while self.pending and capacity > 0:
@@ -471,6 +491,9 @@ class InflightBatcher:
         """One decoder step of every beam-width group: its feeds, the decoder, the new K/V into
         the pool, the searches advanced, the finished sentences handed back."""
         self._drop_cancelled()
+        live = [beam for beam, group in self._groups.items() if group.size]
+        if self.pool_steps is not None and len(live) == 1 and self._steps_compiled(live[0]):
+            return
         for beam in list(self._groups):
             group = self._groups[beam]
             if not group.size:
@@ -495,6 +518,28 @@ class InflightBatcher:
         self.stats["steps"] += 1
         if self.running and self.g + 1 >= self.pool_time:
             self._compact()
+
+    def _steps_compiled(self, beam: int) -> bool:
+        """Steps of the one live group with no Python between them (``pool_steps``), until a
+        sentence is done (retired here), a request arrives, the pool's window ends or
+        ``COMPILED_STEPS`` ran; the same arrays, in the same order, as ``_step``'s path. False
+        where the group's search needs Python between its steps (``BeamBatch.compiled_steps``)."""
+        group = self._groups[beam]
+        search = group.search.compiled_steps()
+        if search is None:
+            return False
+        group.fit_width(0)
+        b = group.size
+        steps = self.pool_steps(b=b, g=self.g, t_lo=int(group.start[:b].min()), max_steps=COMPILED_STEPS,
+                                interrupt=self._interrupt, vocab=self.spec.vocab, pool_key=group.past_key,
+                                pool_value=group.past_value, table=group.table, start=group.start,
+                                src_len=group.src_len, memory_keys=group.keys, memory_values=group.values, **search)
+        self._retire_finished(beam, group)
+        self.g += steps
+        self.stats["steps"] += steps
+        if self.running and self.g + 1 >= self.pool_time:
+            self._compact()
+        return True
 
     def _feeds(self, group: _Group, t_lo: int) -> dict[str, Any]:
         """The decoder's inputs for the group's rows ``[0, size)``, over pool times ``[t_lo, g)``."""

@@ -167,6 +167,8 @@ class OnnxModel:
         self.native_step = native_step.load(decoder, spec) if compiled else None
         # The served engine's step on its own pools (no feeds, the new K/V written in place), when compiled.
         self.pool_step = self.native_step.run_pool if self.native_step is not None else None
+        # ... and its steps with no Python between them (the search's compiled step in the loop).
+        self.pool_steps = self.native_step.run_steps if self.native_step is not None else None
         self._decoder = None if self.native_step else self._new_session(self._decoder_path)
         release_mapped_weights((encoder, decoder))
         dims = spec.dims
