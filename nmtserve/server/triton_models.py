@@ -291,7 +291,8 @@ class GenerateModel:
                        InflightBatcher(runtime, max_sentences=max_sentences, max_beam=self.max_beam, limits=limits)).start()
         # In-process text (the repository's ``text_in_generate``): the ensemble's one step hands
         # TEXT here, tokenized and detokenized in this process (no tokenize/detokenize hops);
-        # detokenizing runs on its own thread so the decode loop never waits for it.
+        # detokenizing runs on its own thread so the decode loop never waits for it (a lone
+        # request's runs in the loop's thread: nothing else is there to wait).
         self.tokenize = self.detokenize = self._texts = None
         if params.get(c.TEXT_IN_GENERATE_PARAMETER, "") == "1":
             from concurrent.futures import ThreadPoolExecutor
