@@ -246,7 +246,8 @@ class InflightBatcher:
         # compiled search and the ancestor table in one call, until a sentence is done or a request
         # arrives: ``_interrupt``), for one live beam width whose search allows it; NMTSERVE_NATIVE_LOOP=0: off.
         compiled_loop = os.environ.get("NMTSERVE_NATIVE_LOOP", "1") != "0"
-        self.pool_steps = getattr(runtime, "pool_steps", None) if self.pool_step is not None and compiled_loop else None
+        self.pool_steps: Callable[..., int] | None = (
+            getattr(runtime, "pool_steps", None) if self.pool_step is not None and compiled_loop else None)
         self._interrupt = np.zeros(1, np.int32)  # set when a request is queued or the engine stops
         self.pool_time = 0  # steps the groups' cache pools hold (_reserve)
         self.g = 0  # global time of the next step
@@ -526,7 +527,7 @@ class InflightBatcher:
         where the group's search needs Python between its steps (``BeamBatch.compiled_steps``)."""
         group = self._groups[beam]
         search = group.search.compiled_steps()
-        if search is None:
+        if search is None or self.pool_steps is None:
             return False
         group.fit_width(0)
         b = group.size

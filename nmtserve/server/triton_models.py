@@ -362,7 +362,7 @@ class GenerateModel:
                     assert self._texts is not None
                     if self.engine.running <= 1 and not self.engine.queued:
                         # ... unless nothing else decodes or waits (a lone request): here, without
-                        # the thread's hand-over (p50 ~2% sooner, bench/RESULTS.md "Session 23").
+                        # the thread's hand-over (p50 ~2% sooner, bench/RESULTS.md "Session 24").
                         self._detokenized(sender, {**texts, **arrays})
                     else:
                         self._texts.submit(self._detokenized, sender, {**texts, **arrays})
