@@ -521,8 +521,7 @@ class DecoderStep : Products {
         }
       }
       const int16_t *where = want_attention ? positions.data() : nullptr;
-      if (search.rank(b, values.data(), ids.data(), static_cast<py::ssize_t>(m), vocab, loops)) search.finish(where);
-      search.apply(where, confidence);
+      search.advance(b, values.data(), ids.data(), static_cast<py::ssize_t>(m), vocab, loops, where, confidence);
       follow_parents_rows(pool.table, K, pool.T_table, search.parents.data, b, t_lo, g + 1, copy);
       ++g, ++done_steps;
       bool any_done = false;

@@ -1,6 +1,6 @@
 // The beam search's state as the compiled step sees it: views of a BeamBatch's arrays and the
-// step's rules (search_step.cpp binds them; decoder_step.cpp's ``run_steps`` runs them between
-// decoder steps with no Python in between). The rules' text: search_step.cpp and search.py.
+// step's rules, repeated rule for rule from search.py (search_step.cpp's text says how, and binds
+// them; decoder_step.cpp's ``run_steps`` runs them between decoder steps with no Python between).
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -258,6 +258,14 @@ struct Step {
         pool_worst(row) = size >= keep ? worst(row, size) : -kInf;
       }
     }
+  }
+
+  // One step of rows [0, b) on their candidates (b, K, m): ranked, the finishing ones into their
+  // pools, applied (search_step.cpp's ``step`` and DecoderStep::run_steps both take it).
+  void advance(py::ssize_t b, const double *val, const int64_t *tok, py::ssize_t m, int64_t vocab, bool loops,
+               const int16_t *attention, bool confidence) {
+    if (rank(b, val, tok, m, vocab, loops)) finish(attention);
+    apply(attention, confidence);
   }
 
   // The lowest score among a row's ``size`` live hypotheses.

@@ -2,7 +2,7 @@
 // ranking of a step's candidates and its bookkeeping after them, on the batch's own arrays.
 //
 // The Python search (nmtserve/decoding/search.py) stays the reference and its text gives the
-// rules; this file repeats them rule for rule, in the same float64 arithmetic, so that a step
+// rules; this file and search_state.h repeat them rule for rule, in the same float64 arithmetic, so that a step
 // here leaves every array exactly as ``BeamBatch._advance_few`` / the vectorized step leave it
 // (tests/test_native_search.py checks it step by step, and the served decodes on the held-out
 // sets). A step is one call, ``step(state, ...)``: it ranks, puts the candidates that finish in
@@ -62,8 +62,7 @@ void step(Step &self, py::ssize_t b, const Values &values, const Ids &ids, int64
   const int16_t *positions = attention_of(attention, b, self.k, keep);
   std::optional<py::gil_scoped_release> free;
   if (b >= release_rows) free.emplace();
-  if (self.rank(b, values.data(), ids.data(), values.shape(2), vocab, loops)) self.finish(positions);
-  self.apply(positions, confidence);
+  self.advance(b, values.data(), ids.data(), values.shape(2), vocab, loops, positions, confidence);
 }
 
 // The engine's ancestor table after a step (engine.batcher: ``_Group.table`` (capacity, K, T),

@@ -492,9 +492,10 @@ class InflightBatcher:
         """One decoder step of every beam-width group: its feeds, the decoder, the new K/V into
         the pool, the searches advanced, the finished sentences handed back."""
         self._drop_cancelled()
-        live = [beam for beam, group in self._groups.items() if group.size]
-        if self.pool_steps is not None and len(live) == 1 and self._steps_compiled(live[0]):
-            return
+        if self.pool_steps is not None:
+            live = [beam for beam, group in self._groups.items() if group.size]
+            if len(live) == 1 and self._steps_compiled(live[0]):
+                return
         for beam in list(self._groups):
             group = self._groups[beam]
             if not group.size:
