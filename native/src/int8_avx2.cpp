@@ -2,10 +2,16 @@
 // in [-127, 127]); vpmaddubsw multiplies their magnitudes by the weights carrying the codes' signs
 // (each pair's sum at most 2 x 127 x 127: no int16 saturation), vpmaddwd sums the pairs into int32
 // lanes. Exact int32 sums, as int8_vnni.cpp's.
+//
+// The signed codes and their magnitudes are made once a call (M x K bytes each, thread-local), not
+// once per panel and row block: the inner loop is then two broadcasts from memory and, per weight
+// vector, vpsignb, vpmaddubsw, vpmaddwd, vpaddd (8 vector operations per row and 4 k instead of 10).
+// On an AVX2-only AMD EPYC (Zen 3) the products ran 1.07-1.17x faster, the same bits.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "int8.h"
 
@@ -23,22 +29,22 @@ inline __m256i first(int n) { return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _m
 constexpr int kRows = 3, kVectors = 2;
 
 template <int R>
-inline void block(const uint8_t *a, const float *row_scale, int quads, const int8_t *panel, const float *col_scale,
-                  int N, const float *bias, float *y, int m, int n0, int c0) {
+inline void block(const uint8_t *magnitudes, const int8_t *signs, const float *row_scale, int quads, const int8_t *panel,
+                  const float *col_scale, int N, const float *bias, float *y, int m, int n0, int c0) {
   __m256i acc[R][kVectors];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < kVectors; ++c) acc[r][c] = _mm256_setzero_si256();
   const size_t stride = static_cast<size_t>(quads) * 4;
-  const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  const __m256i ones = _mm256_set1_epi16(1);
   const int8_t *wq = panel + c0 * 4 * kLanes;
   for (int q = 0; q < quads; ++q, wq += 4 * kPanel) {
     __m256i wv[kVectors];
     for (int c = 0; c < kVectors; ++c) wv[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(wq + c * 4 * kLanes));
     for (int r = 0; r < R; ++r) {
-      int32_t four;
-      __builtin_memcpy(&four, a + (m + r) * stride + 4 * q, 4);
-      const __m256i signed_codes = _mm256_xor_si256(_mm256_set1_epi32(four), flip);
-      const __m256i magnitude = _mm256_abs_epi8(signed_codes);
+      int32_t four_magnitudes, four_signs;
+      __builtin_memcpy(&four_magnitudes, magnitudes + (m + r) * stride + 4 * q, 4);
+      __builtin_memcpy(&four_signs, signs + (m + r) * stride + 4 * q, 4);
+      const __m256i magnitude = _mm256_set1_epi32(four_magnitudes), signed_codes = _mm256_set1_epi32(four_signs);
       for (int c = 0; c < kVectors; ++c) {
         const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(wv[c], signed_codes));
         acc[r][c] = _mm256_add_epi32(acc[r][c], _mm256_madd_epi16(pairs, ones));
@@ -60,25 +66,44 @@ inline void block(const uint8_t *a, const float *row_scale, int quads, const int
 }
 
 template <int R = kRows>
-inline void rows(const uint8_t *a, const float *row_scale, int count, int quads, const int8_t *panel, const float *col_scale,
-                 int N, const float *bias, float *y, int m, int n0, int c0) {  // count < R rows: one block of them all
+inline void rows(const uint8_t *magnitudes, const int8_t *signs, const float *row_scale, int count, int quads,
+                 const int8_t *panel, const float *col_scale, int N, const float *bias, float *y, int m, int n0,
+                 int c0) {  // count < R rows: one block of them all
   if constexpr (R > 1) {
     if (count == R - 1) {
-      block<R - 1>(a, row_scale, quads, panel, col_scale, N, bias, y, m, n0, c0);
+      block<R - 1>(magnitudes, signs, row_scale, quads, panel, col_scale, N, bias, y, m, n0, c0);
     } else {
-      rows<R - 1>(a, row_scale, count, quads, panel, col_scale, N, bias, y, m, n0, c0);
+      rows<R - 1>(magnitudes, signs, row_scale, count, quads, panel, col_scale, N, bias, y, m, n0, c0);
     }
   }
 }
 
 void gemm(const uint8_t *a, const float *row_scale, int M, int quads, const int8_t *w, const int32_t *,
           const float *col_scale, int N, const float *bias, float *y, int n_begin, int n_end) {
+  // The rows' signed codes (code - 128) and their magnitudes, once (each thread its own).
+  thread_local std::vector<uint8_t> magnitude_store;
+  thread_local std::vector<int8_t> sign_store;
+  const size_t count = static_cast<size_t>(M) * quads * 4;
+  if (magnitude_store.size() < count) magnitude_store.resize(count), sign_store.resize(count);
+  uint8_t *magnitudes = magnitude_store.data();
+  int8_t *signs = sign_store.data();
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  size_t i = 0;
+  for (; i + 32 <= count; i += 32) {
+    const __m256i signed_codes = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(a + i)), flip);
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(signs + i), signed_codes);
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(magnitudes + i), _mm256_abs_epi8(signed_codes));
+  }
+  for (; i < count; ++i) {
+    signs[i] = static_cast<int8_t>(a[i] ^ 0x80);
+    magnitudes[i] = static_cast<uint8_t>(std::abs(static_cast<int>(signs[i])));
+  }
   for (int n0 = n_begin; n0 < n_end; n0 += kPanel) {
     const int8_t *panel = w + static_cast<size_t>(n0) * 4 * quads;
     for (int c0 = 0; c0 < 4 && n0 + c0 * kLanes < N; c0 += kVectors) {
       int m = 0;
-      for (; m + kRows <= M; m += kRows) block<kRows>(a, row_scale, quads, panel, col_scale, N, bias, y, m, n0, c0);
-      if (m < M) rows(a, row_scale, M - m, quads, panel, col_scale, N, bias, y, m, n0, c0);
+      for (; m + kRows <= M; m += kRows) block<kRows>(magnitudes, signs, row_scale, quads, panel, col_scale, N, bias, y, m, n0, c0);
+      if (m < M) rows(magnitudes, signs, row_scale, M - m, quads, panel, col_scale, N, bias, y, m, n0, c0);
     }
   }
 }
