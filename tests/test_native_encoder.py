@@ -139,3 +139,39 @@ def test_graphs_it_cannot_run_stay_on_onnx_runtime(tmp_path, monkeypatch):
         monkeypatch.delenv(env)
     with pytest.raises(native_step.Unsupported, match="not the fused CPU encoder"):
         native_step.NativeEncoder(build_cpu_decoder(model, tmp_path / "decoder.onnx"), spec)  # another graph
+
+
+@pytest.mark.parametrize("layout", ["paper", "m2m100", "pre_norm_gelu_untied"])
+def test_a_tied_int8_table_is_held_once_with_the_same_bits(tmp_path, layout):
+    """A tied int8 table (the embeddings' and the projection's) is held once: the decoder reads its
+    embedding out of the projection's packed panels and the encoder reads the same panels, instead
+    of each mapping the table (NLLB-200's is 250 MiB). The same bits as reading the table; an
+    untied model keeps its tables."""
+    from tests.test_cpu_graph import _feeds
+
+    model = _model(**LAYOUTS[layout], encoder_layers=2)
+    spec = _spec(model)
+    for part in ("decoder", "encoder", "other"):
+        (tmp_path / part).mkdir()
+    dec_path = _int8(model, build_cpu_decoder(model, tmp_path / "decoder" / "decoder.onnx"))
+    enc_path = _int8(model, build_cpu_encoder(model, tmp_path / "encoder" / "encoder.onnx"))
+    shared, alone = native_step.NativeDecoder(dec_path, spec), native_step.NativeDecoder(dec_path, spec, share_table=False)
+    tied = layout != "pre_norm_gelu_untied"
+    assert (shared.table is not None) == tied and alone.table is None
+    feeds = _feeds(model, 3, 4, 5, 9, seed=7)
+    for name, got in shared.run_step(feeds).items():
+        np.testing.assert_array_equal(got, alone.run_step(feeds)[name], err_msg=name)
+    encoder = native_step.NativeEncoder(enc_path, spec, decoder=shared)
+    assert encoder.shares_table == tied
+    src, _ = _sources(model, 3, 11, seed=5)
+    for got, want in zip(_native(encoder, src), _native(native_step.NativeEncoder(enc_path, spec), src), strict=True):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match="native encoder: a token id is out of range"):
+        encoder.encode(np.array([[5, model.config.src_vocab_size]], np.int32))
+    # Another model's table is not taken for this one's.
+    other = _model(**LAYOUTS[layout], encoder_layers=2, d_ff=40)
+    torch.manual_seed(9)
+    with torch.no_grad():
+        other.src_embed.lut.weight.normal_()
+    other_dec = native_step.NativeDecoder(_int8(other, build_cpu_decoder(other, tmp_path / "other" / "decoder.onnx")), spec)
+    assert not native_step.NativeEncoder(enc_path, spec, decoder=other_dec).shares_table

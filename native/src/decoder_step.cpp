@@ -107,12 +107,15 @@ T *mutable_checked(py::array &a, const char *name, std::vector<py::ssize_t> shap
   return static_cast<T *>(a.mutable_data());
 }
 
-// A vocabulary's embedding: embed (V, d) fp32, or embed.w8 (V, d) int8 with embed.rows_scale (V);
-// positions (P, d) from row ``offset``; the token's row times ``scale``, plus the position's row
-// (then embed_norm, where there is one).
+// A vocabulary's embedding: embed (V, d) fp32, or embed.w8 (V, d) int8 with embed.rows_scale (V),
+// or the int8 codes read out of a tied projection's packed panels (packed8: the same codes, so the
+// table is held once); positions (P, d) from row ``offset``; the token's row times ``scale``, plus
+// the position's row (then embed_norm, where there is one).
 struct Embedding {
   const float *table = nullptr, *row_scale = nullptr, *positions = nullptr;
   const int8_t *table8 = nullptr;
+  const int8_t *packed8 = nullptr;  // pack_int8's panels of a (d, V) product: token v is column v
+  int panel = 0, quads = 0;         // that packing's panel width and quads of 4 k
   int rows = 0, position_rows = 0, offset = 0;
   float scale = 1.f;
   std::optional<Norm> norm;
@@ -174,29 +177,49 @@ class Products {
     return weights.contains(key + ".w") ? std::optional<Norm>(norm(weights, eps, key, d)) : std::nullopt;
   }
 
-  Embedding embedding(const py::dict &weights, const py::dict &eps, int d, float scale, int offset) {
+  // The embedding; with ``packed_elsewhere`` its table is set later (use_packed), none in the weights.
+  Embedding embedding(const py::dict &weights, const py::dict &eps, int d, float scale, int offset,
+                      bool packed_elsewhere = false) {
     Embedding e;
     e.scale = scale, e.offset = offset;
     const bool int8 = weights.contains("embed.w8");
-    py::array table = weights[int8 ? "embed.w8" : "embed"].cast<py::array>();
-    e.rows = static_cast<int>(table.shape(0));
-    if (int8) {
+    if (packed_elsewhere) {
+      if (int8 || weights.contains("embed")) fail("an embedding table given twice");
+      uses_int8_ = true;
+    } else if (int8) {
+      py::array table = weights["embed.w8"].cast<py::array>();
+      e.rows = static_cast<int>(table.shape(0));
       e.table8 = checked<int8_t>(table, "embed.w8", {-1, d}, what_);
       keep_.push_back(table);
       e.row_scale = weight(weights, "embed.rows_scale", {e.rows});
       uses_int8_ = true;
     } else {
       e.table = weight(weights, "embed", {-1, d});
+      e.rows = static_cast<int>(weights["embed"].cast<py::array>().shape(0));
     }
     e.positions = weight(weights, "positions", {-1, d});
     e.position_rows = static_cast<int>(weights["positions"].cast<py::array>().shape(0));
     e.norm = optional_norm(weights, eps, "embed_norm", d);
     return e;
   }
+  // The embedding's table from a tied int8 projection (l: K = d, N = V): its packed panels and its
+  // columns' scales (the table's rows'). The same codes and scales as the table's: the same bits.
+  void use_packed(Embedding &e, const Linear &l, int d) const {
+    if (!l.w8 || l.K != d) fail("the embedding's table is not a tied int8 projection of width d");
+    e.packed8 = l.w8, e.row_scale = l.scale, e.rows = l.N;
+    e.panel = i8_.panel, e.quads = int8_quads(l.K, i8_.quad_align);
+  }
   // Token ``id`` at ``position`` (checked by the caller) into out (d).
   void embed(const Embedding &e, int id, int position, int d, float *out) const {
     const float *p = e.positions + static_cast<size_t>(position + e.offset) * d;
-    if (e.table8) {  // the int8 table's row: its codes times the row's scale (the graph's Cast, Mul)
+    if (e.packed8) {  // column id of its panel: quad q's 4 codes at q * panel * 4
+      const int8_t *column = e.packed8 + (static_cast<size_t>(id / e.panel) * e.panel * e.quads + id % e.panel) * 4;
+      const float rs = e.row_scale[id];
+      for (int c = 0; c < d; ++c) {
+        const float v = static_cast<float>(column[static_cast<size_t>(c / 4) * e.panel * 4 + c % 4]) * rs;
+        out[c] = (e.scale != 1.f ? v * e.scale : v) + p[c];
+      }
+    } else if (e.table8) {  // the int8 table's row: its codes times the row's scale (the graph's Cast, Mul)
       const int8_t *row = e.table8 + static_cast<size_t>(id) * d;
       const float rs = e.row_scale[id];
       for (int c = 0; c < d; ++c) {
@@ -316,7 +339,7 @@ class Products {
   Team &team_ = Team::team();
   const char *what_;  // "native decoder step", "native encoder": the start of every error message
   bool uses_int8_ = false;
-  std::vector<py::array> keep_;  // the weights' arrays read in place (norms, tables, biases)
+  std::vector<py::object> keep_;  // the weights' arrays read in place (norms, tables, biases), a shared table's owner
   std::deque<std::vector<float>> packed_;  // the products' weights, packed (kernels.h pack_nn)
   std::deque<std::vector<int8_t>> packed8_;  // int8 products' weights, packed (int8.h pack_int8)
   std::deque<std::vector<int32_t>> colsums_;
@@ -351,7 +374,10 @@ class DecoderStep : Products {
     auto linear = [&](const std::string &key, int rows, int cols, bool has_bias) {
       return Products::linear(weights, key, rows, cols, has_bias);
     };
-    embed_ = embedding(weights, eps, d_, cfg("embed_scale").cast<float>(), cfg("position_offset").cast<int>());
+    // The int8 embedding read out of the tied projection's panels (read_cpu_decoder: the same table).
+    const bool in_generator = config.contains("embed_in_generator") && cfg("embed_in_generator").cast<bool>();
+    embed_ = embedding(weights, eps, d_, cfg("embed_scale").cast<float>(), cfg("position_offset").cast<int>(),
+                       in_generator);
     first_norm_ = optional_norm("first_norm");
     final_norm_ = optional_norm("final_norm");
     if (pre_norm_ != first_norm_.has_value()) throw std::invalid_argument("native decoder step: pre-norm needs first_norm");
@@ -389,7 +415,11 @@ class DecoderStep : Products {
     }
     generator_.bias = optional_w("final_bias", {vocab_});
     logits_mask_ = w("logits_mask", {vocab_});
+    if (in_generator) use_packed(embed_, generator_, d_);
   }
+
+  // The embedding's table when it is the projection's panels (an encoder's table, shared), else null.
+  const Embedding *packed_table() const { return embed_.packed8 ? &embed_ : nullptr; }
 
   using Products::kernels_name;
 
@@ -748,7 +778,10 @@ class DecoderStep : Products {
 // batch, by construction. The memory's padding positions are zeros (the decoder never reads them).
 class EncoderStep : Products {
  public:
-  EncoderStep(const py::dict &config, const py::dict &weights) : Products("native encoder") {
+  // ``table_from``: a DecoderStep whose embedding is the tied int8 projection's panels, where the
+  // config says the source's table is that one (read_cpu_encoder checked the same codes and scales).
+  EncoderStep(const py::dict &config, const py::dict &weights, const py::object &table_from)
+      : Products("native encoder") {
     auto cfg = [&](const char *key) { return config[key]; };
     d_ = cfg("d_model").cast<int>();
     h_ = cfg("heads").cast<int>();
@@ -763,7 +796,15 @@ class EncoderStep : Products {
       fail("inconsistent configuration");
     }
     const py::dict eps = config["eps"].cast<py::dict>();
-    embed_ = embedding(weights, eps, d_, cfg("embed_scale").cast<float>(), cfg("position_offset").cast<int>());
+    const bool shared = config.contains("embed_from_decoder") && cfg("embed_from_decoder").cast<bool>();
+    embed_ = embedding(weights, eps, d_, cfg("embed_scale").cast<float>(), cfg("position_offset").cast<int>(), shared);
+    if (shared) {
+      const Embedding *table = table_from.is_none() ? nullptr : table_from.cast<const DecoderStep &>().packed_table();
+      if (!table || table->quads != int8_quads(d_, i8_.quad_align)) fail("no decoder's table of width d to share");
+      embed_.packed8 = table->packed8, embed_.row_scale = table->row_scale, embed_.rows = table->rows;
+      embed_.panel = table->panel, embed_.quads = table->quads;
+      keep_.push_back(table_from);  // the decoder's panels live as long as this encoder
+    }
     first_norm_ = optional_norm(weights, eps, "first_norm", d_);
     final_norm_ = optional_norm(weights, eps, "final_norm", d_);
     if (pre_norm_ != first_norm_.has_value()) fail("pre-norm needs first_norm");
@@ -930,7 +971,8 @@ void register_decoder_step(py::module_ &module) {
              "Chunks of decoder steps that helper threads ran since the module loaded.");
   py::class_<EncoderStep>(module, "EncoderStep",
                           "The fused CPU encoder graph in compiled code, from its weights (batch-invariant).")
-      .def(py::init<const py::dict &, const py::dict &>(), py::arg("config"), py::arg("weights"))
+      .def(py::init<const py::dict &, const py::dict &, const py::object &>(), py::arg("config"), py::arg("weights"),
+           py::arg("table_from") = py::none())
       .def_property_readonly("kernels", [](const EncoderStep &s) { return s.kernels_name(); })
       .def("run", &EncoderStep::run, py::arg("src_ids"),
            "src_ids (B, S) int32 -> (memory keys, memory values): per decoder layer (B, h, d_k, S) / (B, h, S, d_k).");

@@ -36,6 +36,8 @@ per-tensor dynamic quantization) stay on ONNX Runtime.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -147,8 +149,10 @@ class _GraphReader:
                              for k, v in self.weights.items()}
 
 
-def read_cpu_decoder(path: Path, spec: ModelSpec) -> tuple[dict, dict[str, np.ndarray]]:
-    """(config, weights) of a fused CPU decoder graph, as ``DecoderStep`` takes them."""
+def read_cpu_decoder(path: Path, spec: ModelSpec, share_table: bool = True) -> tuple[dict, dict[str, np.ndarray]]:
+    """(config, weights) of a fused CPU decoder graph, as ``DecoderStep`` takes them. With
+    ``share_table``, an int8 table that is both the embedding and the tied projection is held once:
+    the step reads the embedding's rows out of the projection's packed panels (``embed_in_generator``)."""
     path = Path(path)
     r = _GraphReader(path, "nmtserve_decoder_cpu", "decoder", "step")
     init, array, weights, config = r.init, r.array, r.weights, r.config
@@ -187,6 +191,10 @@ def read_cpu_decoder(path: Path, spec: ModelSpec) -> tuple[dict, dict[str, np.nd
         if q is None:
             raise Unsupported(f"{path.name}: the int8 projection's table is missing")
         weights["generator.table8"], weights["generator.table_scale"] = q
+        if share_table and "embed.w8" in weights:  # the same initializers (the Gather's and QGemm's)
+            del weights["embed.w8"], weights["embed.rows_scale"]
+            config["embed_in_generator"] = True
+            config["table"] = _table_identity(r.init[f"{table}.int8_rows"], path.parent), np.array(q[1])
     elif tied:
         weights["generator.table"] = array(table)
     else:
@@ -202,19 +210,25 @@ def read_cpu_decoder(path: Path, spec: ModelSpec) -> tuple[dict, dict[str, np.nd
     return r.result()
 
 
-def read_cpu_encoder(path: Path, spec: ModelSpec) -> tuple[dict, dict[str, np.ndarray]]:
+def read_cpu_encoder(path: Path, spec: ModelSpec, table: tuple | None = None) -> tuple[dict, dict[str, np.ndarray]]:
     """(config, weights) of a fused CPU encoder graph (``cpu_graph.build_cpu_encoder``, fp32 or int8
-    as ``quantize`` writes it), as ``EncoderStep`` takes them."""
+    as ``quantize`` writes it), as ``EncoderStep`` takes them. ``table``: a compiled decoder's shared
+    int8 table (its ``table`` attribute); where the source's table is the same codes (the same bytes
+    of the same file, or equal arrays) and scales, it is not read: ``embed_from_decoder``."""
     path = Path(path)
     r = _GraphReader(path, "nmtserve_encoder_cpu", "encoder", "encoder")
     init, array, weights = r.init, r.array, r.weights
     # The token table: the Gather of src_ids (its int8 rows and row scales where quantized).
+    shared = table
     table = next((n.input[0] for n in r.g.node if n.op_type == "Gather" and n.input[1:] == ["src_ids"]
                   and not n.input[0].endswith(".scale_rows")), None)
     if table is None:
         raise Unsupported(f"{path.name}: no embedding table gathers src_ids")
     q = r.int8(table.removesuffix(".int8_rows"), "rows") if table.endswith(".int8_rows") else None
-    if q is not None:
+    if q is not None and shared is not None and _table_identity(init[table], path.parent) == shared[0] \
+            and np.array_equal(q[1], shared[1]):
+        r.config["embed_from_decoder"] = True
+    elif q is not None:
         weights["embed.w8"], weights["embed.rows_scale"] = q
     else:
         weights["embed"] = array(table)
@@ -257,6 +271,21 @@ def _check_int8_scheme(path: Path, init: dict, nodes: dict) -> None:
             raise Unsupported(f"{path.name}: {node.name} is not one of nmtserve's int8 products")
 
 
+def _table_identity(tensor, folder: Path) -> tuple:
+    """What identifies an initializer's bytes: its external file, offset and length, or (inline) a
+    digest of them."""
+    from onnx import TensorProto
+
+    if tensor.data_location == TensorProto.EXTERNAL:
+        info = {e.key: e.value for e in tensor.external_data}
+        return ("file", str((folder / info["location"]).resolve()), int(info.get("offset", 0)),
+                info.get("length"), tuple(tensor.dims))
+    from onnx import numpy_helper
+
+    data = tensor.raw_data or numpy_helper.to_array(tensor).tobytes()
+    return ("inline", hashlib.sha256(data).hexdigest(), tuple(tensor.dims))
+
+
 def _initializer(tensor, folder: Path) -> np.ndarray:
     """An initializer's array; one in an external data file, mapped read-only (no copy)."""
     from onnx import TensorProto, helper, numpy_helper
@@ -274,11 +303,11 @@ def _initializer(tensor, folder: Path) -> np.ndarray:
 
 
 def _compiled_part(class_name: str, read, path: Path, spec: ModelSpec, fp32_largest_d_model: int | None,
-                   what: str, d_model: Callable[[dict], int] = lambda config: config["d_model"]
-                   ) -> tuple[Any, dict]:
-    """(``nmtserve_native.<class_name>`` built from the weights ``read`` reads, the config read);
-    Unsupported where the module lacks it, or for an fp32 graph whose ``d_model(config)`` is wider
-    than ``fp32_largest_d_model`` (ONNX Runtime is faster there)."""
+                   what: str, d_model: Callable[[dict], int] = lambda config: config["d_model"],
+                   **build) -> tuple[Any, dict]:
+    """(``nmtserve_native.<class_name>`` built from the weights ``read`` reads (and ``build``'s
+    keywords), the config read); Unsupported where the module lacks it, or for an fp32 graph whose
+    ``d_model(config)`` is wider than ``fp32_largest_d_model`` (ONNX Runtime is faster there)."""
     built = getattr(native.module, class_name, None)
     if built is None:
         raise Unsupported("nmtserve_native is not installed")
@@ -286,16 +315,22 @@ def _compiled_part(class_name: str, read, path: Path, spec: ModelSpec, fp32_larg
     int8 = config.pop("int8")
     if fp32_largest_d_model is not None and not int8 and (width := d_model(config)) > fp32_largest_d_model:
         raise Unsupported(f"at d_model {width} its fp32 kernels are faster ({ENV}=1 asks for the compiled {what})")
-    return built(config, weights), config
+    return built(config, weights, **build), config
 
 
 class NativeDecoder:
     """``run_step`` of the decoder contract (``nmtserve.graphs``) on ``nmtserve_native.DecoderStep``."""
 
-    def __init__(self, path: Path, spec: ModelSpec, fp32_largest_d_model: int | None = None):
-        """``fp32_largest_d_model``: refuse an fp32 graph of a larger d_model (where ONNX Runtime is faster)."""
-        self.step, config = _compiled_part("DecoderStep", read_cpu_decoder, path, spec, fp32_largest_d_model, "step",
+    def __init__(self, path: Path, spec: ModelSpec, fp32_largest_d_model: int | None = None,
+                 share_table: bool = True):
+        """``fp32_largest_d_model``: refuse an fp32 graph of a larger d_model (where ONNX Runtime is
+        faster). ``share_table``: a tied int8 table held once, in the projection's panels (the
+        embedding read from them; an encoder of the same table may read them too: ``table``)."""
+        read = functools.partial(read_cpu_decoder, share_table=share_table)
+        self.step, config = _compiled_part("DecoderStep", read, path, spec, fp32_largest_d_model, "step",
                                            lambda config: spec.heads * spec.d_k)  # the spec's, as it always was
+        # (identity of the table's codes, its rows' scales) when the panels hold the embedding, else None
+        self.table: tuple | None = config.get("table")
         self.has_attention = config["has_attention"]
         self.layers = spec.layers
         self.kernels = self.step.kernels
@@ -344,8 +379,15 @@ class NativeDecoder:
 class NativeEncoder:
     """``encode`` of the encoder contract (``nmtserve.graphs``) on ``nmtserve_native.EncoderStep``."""
 
-    def __init__(self, path: Path, spec: ModelSpec, fp32_largest_d_model: int | None = None):
-        self.step, _ = _compiled_part("EncoderStep", read_cpu_encoder, path, spec, fp32_largest_d_model, "encoder")
+    def __init__(self, path: Path, spec: ModelSpec, fp32_largest_d_model: int | None = None,
+                 decoder: NativeDecoder | None = None):
+        """``decoder``: a compiled decoder whose int8 table (held in its projection's panels) is read
+        for the source's tokens where it is the same table, instead of holding it a second time."""
+        table = decoder.table if decoder is not None else None
+        read = functools.partial(read_cpu_encoder, table=table)
+        self.step, config = _compiled_part("EncoderStep", read, path, spec, fp32_largest_d_model, "encoder",
+                                           table_from=decoder.step if table is not None else None)
+        self.shares_table = bool(config.get("embed_from_decoder"))
         self.kernels = self.step.kernels
 
     def encode(self, src_ids: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -374,10 +416,11 @@ def _load(make, path: Path, spec: ModelSpec, part: str, off: str | None = None):
     return built
 
 
-def load_encoder(path: Path, spec: ModelSpec) -> NativeEncoder | None:
+def load_encoder(path: Path, spec: ModelSpec, decoder: NativeDecoder | None = None) -> NativeEncoder | None:
     """The compiled encoder where the graph allows it and neither ``NMTSERVE_NATIVE_STEP`` nor
-    ``NMTSERVE_NATIVE_ENCODER`` is ``0`` (the step's size rule)."""
-    return _load(NativeEncoder, path, spec, "the encoder", ENCODER_ENV)
+    ``NMTSERVE_NATIVE_ENCODER`` is ``0`` (the step's size rule); ``decoder``: the compiled decoder
+    of the same model, whose table it reads where it is the same (NativeEncoder)."""
+    return _load(functools.partial(NativeEncoder, decoder=decoder), path, spec, "the encoder", ENCODER_ENV)
 
 
 def load(path: Path, spec: ModelSpec) -> NativeDecoder | None:

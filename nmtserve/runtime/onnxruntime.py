@@ -155,16 +155,17 @@ class OnnxModel:
         self.spec = spec
         providers = providers or ["CPUExecutionProvider"]
         compiled = native and providers == ["CPUExecutionProvider"]
-        # The encoder in compiled code where its graph allows it (native_step.NativeEncoder): ONNX
-        # Runtime's session of it is then built only if something asks for it.
-        self.native_encoder = native_step.load_encoder(encoder, spec) if compiled else None
         self._session_args = (threads, providers)
         self._encoder_path, self._decoder_path = str(encoder), str(decoder)
-        self._encoder = None if self.native_encoder else self._new_session(self._encoder_path)
         # The decoder's step in compiled code where the graph allows it (runtime/native_step.py);
         # ONNX Runtime's session of the decoder is then built only if something asks for it (it
         # would hold the weights a second time).
         self.native_step = native_step.load(decoder, spec) if compiled else None
+        # The encoder in compiled code where its graph allows it (native_step.NativeEncoder), reading
+        # a tied int8 table from the decoder's projection (held once): ONNX Runtime's session of it
+        # is then built only if something asks for it.
+        self.native_encoder = native_step.load_encoder(encoder, spec, self.native_step) if compiled else None
+        self._encoder = None if self.native_encoder else self._new_session(self._encoder_path)
         # The served engine's step on its own pools (no feeds, the new K/V written in place), when compiled.
         self.pool_step = self.native_step.run_pool if self.native_step is not None else None
         # ... and its steps with no Python between them (the search's compiled step in the loop).
