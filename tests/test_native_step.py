@@ -178,14 +178,16 @@ def test_int8_graphs_with_groups_kept_in_fp32(tmp_path, keep):
         _compare_int8(step, session, _feeds(model, 3, 4, 5, 9, seed=7), f"{layout} keep {keep}")
 
 
-def test_every_int8_kernel_gives_the_same_bits(tmp_path):
+@pytest.mark.parametrize("layout", ["marian", "paper"])  # swish; ReLU (the second FFN product's rows >= 0)
+def test_every_int8_kernel_gives_the_same_bits(tmp_path, layout):
     """The int8 products sum in int32, exactly: the AMX, AVX-512 VNNI, AVX2 and portable kernels (each
     forced in its own process where this CPU has it; AMX is chosen where the CPU and Linux allow it)
-    give the same bits as the one chosen here."""
+    give the same bits as the one chosen here, for rows with negative codes and rows without (a
+    ReLU's output, which the AVX2 kernel multiplies without vpsignb)."""
     import subprocess
     import sys
 
-    model = _model(**LAYOUTS["marian"])
+    model = _model(**LAYOUTS[layout])
     path = _int8(model, build_cpu_decoder(model, tmp_path / "decoder.onnx"))
     np.savez(tmp_path / "feeds.npz", **_feeds(model, 5, 3, 7, 11, seed=3))
     spec = _spec(model)

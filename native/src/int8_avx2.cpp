@@ -6,11 +6,14 @@
 // The signed codes and their magnitudes are made once a call (M x K bytes each, thread-local), not
 // once per panel and row block: the inner loop is then two broadcasts from memory and, per weight
 // vector, vpsignb, vpmaddubsw, vpmaddwd, vpaddd (8 vector operations per row and 4 k instead of 10).
-// On an AVX2-only AMD EPYC (Zen 3) the products ran 1.07-1.17x faster, the same bits.
+// On an AVX2-only AMD EPYC (Zen 3) the products ran 1.07-1.17x faster, the same bits. Where no row
+// has a negative code (a ReLU's output: the feed-forward's second product), the magnitudes are the
+// codes and vpsignb has nothing to do: it is left out (6 operations instead of 8), the same sums.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "int8.h"
@@ -28,7 +31,7 @@ inline __m256i first(int n) { return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _m
 // EPYC). The sums are exact int32 whatever the block.
 constexpr int kRows = 3, kVectors = 2;
 
-template <int R>
+template <int R, bool kSigned>
 inline void block(const uint8_t *magnitudes, const int8_t *signs, const float *row_scale, int quads, const int8_t *panel,
                   const float *col_scale, int N, const float *bias, float *y, int m, int n0, int c0) {
   __m256i acc[R][kVectors];
@@ -41,13 +44,21 @@ inline void block(const uint8_t *magnitudes, const int8_t *signs, const float *r
     __m256i wv[kVectors];
     for (int c = 0; c < kVectors; ++c) wv[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(wq + c * 4 * kLanes));
     for (int r = 0; r < R; ++r) {
-      int32_t four_magnitudes, four_signs;
+      int32_t four_magnitudes;
       __builtin_memcpy(&four_magnitudes, magnitudes + (m + r) * stride + 4 * q, 4);
-      __builtin_memcpy(&four_signs, signs + (m + r) * stride + 4 * q, 4);
-      const __m256i magnitude = _mm256_set1_epi32(four_magnitudes), signed_codes = _mm256_set1_epi32(four_signs);
-      for (int c = 0; c < kVectors; ++c) {
-        const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(wv[c], signed_codes));
-        acc[r][c] = _mm256_add_epi32(acc[r][c], _mm256_madd_epi16(pairs, ones));
+      const __m256i magnitude = _mm256_set1_epi32(four_magnitudes);
+      if constexpr (kSigned) {
+        int32_t four_signs;
+        __builtin_memcpy(&four_signs, signs + (m + r) * stride + 4 * q, 4);
+        const __m256i signed_codes = _mm256_set1_epi32(four_signs);
+        for (int c = 0; c < kVectors; ++c) {
+          const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(wv[c], signed_codes));
+          acc[r][c] = _mm256_add_epi32(acc[r][c], _mm256_madd_epi16(pairs, ones));
+        }
+      } else {
+        for (int c = 0; c < kVectors; ++c) {
+          acc[r][c] = _mm256_add_epi32(acc[r][c], _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, wv[c]), ones));
+        }
       }
     }
   }
@@ -65,15 +76,15 @@ inline void block(const uint8_t *magnitudes, const int8_t *signs, const float *r
   }
 }
 
-template <int R = kRows>
+template <bool kSigned, int R = kRows>
 inline void rows(const uint8_t *magnitudes, const int8_t *signs, const float *row_scale, int count, int quads,
                  const int8_t *panel, const float *col_scale, int N, const float *bias, float *y, int m, int n0,
                  int c0) {  // count < R rows: one block of them all
   if constexpr (R > 1) {
     if (count == R - 1) {
-      block<R - 1>(magnitudes, signs, row_scale, quads, panel, col_scale, N, bias, y, m, n0, c0);
+      block<R - 1, kSigned>(magnitudes, signs, row_scale, quads, panel, col_scale, N, bias, y, m, n0, c0);
     } else {
-      rows<R - 1>(magnitudes, signs, row_scale, count, quads, panel, col_scale, N, bias, y, m, n0, c0);
+      rows<kSigned, R - 1>(magnitudes, signs, row_scale, count, quads, panel, col_scale, N, bias, y, m, n0, c0);
     }
   }
 }
@@ -88,23 +99,38 @@ void gemm(const uint8_t *a, const float *row_scale, int M, int quads, const int8
   uint8_t *magnitudes = magnitude_store.data();
   int8_t *signs = sign_store.data();
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  __m256i seen = _mm256_setzero_si256();  // the sign bits of every signed code, or-ed
+  bool negative = false;
   size_t i = 0;
   for (; i + 32 <= count; i += 32) {
     const __m256i signed_codes = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(a + i)), flip);
+    seen = _mm256_or_si256(seen, signed_codes);
     _mm256_storeu_si256(reinterpret_cast<__m256i *>(signs + i), signed_codes);
     _mm256_storeu_si256(reinterpret_cast<__m256i *>(magnitudes + i), _mm256_abs_epi8(signed_codes));
   }
   for (; i < count; ++i) {
     signs[i] = static_cast<int8_t>(a[i] ^ 0x80);
     magnitudes[i] = static_cast<uint8_t>(std::abs(static_cast<int>(signs[i])));
+    negative = negative || signs[i] < 0;
   }
-  for (int n0 = n_begin; n0 < n_end; n0 += kPanel) {
-    const int8_t *panel = w + static_cast<size_t>(n0) * 4 * quads;
-    for (int c0 = 0; c0 < 4 && n0 + c0 * kLanes < N; c0 += kVectors) {
-      int m = 0;
-      for (; m + kRows <= M; m += kRows) block<kRows>(magnitudes, signs, row_scale, quads, panel, col_scale, N, bias, y, m, n0, c0);
-      if (m < M) rows(magnitudes, signs, row_scale, M - m, quads, panel, col_scale, N, bias, y, m, n0, c0);
+  negative = negative || _mm256_movemask_epi8(seen) != 0;
+  auto products = [&](auto is_signed) {
+    constexpr bool kSigned = decltype(is_signed)::value;
+    for (int n0 = n_begin; n0 < n_end; n0 += kPanel) {
+      const int8_t *panel = w + static_cast<size_t>(n0) * 4 * quads;
+      for (int c0 = 0; c0 < 4 && n0 + c0 * kLanes < N; c0 += kVectors) {
+        int m = 0;
+        for (; m + kRows <= M; m += kRows) {
+          block<kRows, kSigned>(magnitudes, signs, row_scale, quads, panel, col_scale, N, bias, y, m, n0, c0);
+        }
+        if (m < M) rows<kSigned>(magnitudes, signs, row_scale, M - m, quads, panel, col_scale, N, bias, y, m, n0, c0);
+      }
     }
+  };
+  if (negative) {
+    products(std::true_type{});
+  } else {
+    products(std::false_type{});
   }
 }
 
