@@ -442,3 +442,12 @@ def test_a_stopped_server_leaves_no_shared_memory_and_a_dead_launchers_leftovers
     mine.unlink()
     (full_env / "extracted").unlink()
     full_env.rmdir()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_the_generate_stub_gives_large_blocks_back():
+    """The generate stub fixes glibc's threshold for blocks mapped on their own (freed blocks of a
+    decode loop's large arrays go back to the system instead of staying in its thread's arena)."""
+    from nmtserve.server import stub
+
+    assert stub.return_large_blocks()  # glibc accepted M_MMAP_THRESHOLD

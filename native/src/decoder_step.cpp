@@ -166,6 +166,28 @@ class Products {
     l.bias = has_bias ? weight(weights, key + ".b", {cols}) : optional_weight(weights, key + ".b", {cols});
     return l;
   }
+  // Columns [c0, c1) of a product's weight (K, N): ``linear``'s Linear of that slice (its own
+  // packing; each output column is computed as in the whole product: the same bits).
+  Linear linear_columns(const py::dict &weights, const std::string &key, int rows, int cols, int c0, int c1) {
+    Linear l;
+    l.K = rows, l.N = c1 - c0;
+    if (c0 < 0 || c1 > cols || c0 >= c1) fail("bad columns of " + key);
+    if (weights.contains(key + ".w8")) {
+      py::array a = weights[(key + ".w8").c_str()].cast<py::array>();
+      l.w8 = int8_pack(checked<int8_t>(a, (key + ".w8").c_str(), {rows, cols}, what_) + c0, rows, l.N, cols, 1, l.colsum128);
+      l.scale = weight(weights, key + ".ws", {cols}) + c0;
+      uses_int8_ = true;
+    } else {
+      if (!weights.contains(key + ".w")) fail("no weight " + key + ".w");
+      py::array a = weights[(key + ".w").c_str()].cast<py::array>();
+      const float *w = checked<float>(a, (key + ".w").c_str(), {rows, cols}, what_);
+      std::vector<float> slice(static_cast<size_t>(rows) * l.N);
+      for (int k = 0; k < rows; ++k) std::copy(w + static_cast<size_t>(k) * cols + c0, w + static_cast<size_t>(k) * cols + c1, slice.data() + static_cast<size_t>(k) * l.N);
+      l.w = packed(slice.data(), rows, l.N);
+    }
+    l.bias = weight(weights, key + ".b", {cols}) + c0;
+    return l;
+  }
   Norm norm(const py::dict &weights, const py::dict &eps, const std::string &key, int d) {
     Norm n;
     n.w = weight(weights, key + ".w", {d});
@@ -819,7 +841,11 @@ class EncoderStep : Products {
       l.ffn_norm = norm(weights, eps, p + "ffn_norm", d_);
       layers_.push_back(l);
     }
-    memory_ = linear(weights, "memory_kv", d_, 2 * memory_layers_ * d_, true);
+    // The memory's K and V, one product per decoder layer (columns [2 i d, 2 (i + 1) d) of the
+    // graph's one): a buffer of N x 2d instead of N x 2Ld (NLLB-200: 12x smaller), the same bits.
+    for (int i = 0; i < memory_layers_; ++i) {
+      memory_.push_back(linear_columns(weights, "memory_kv", d_, 2 * memory_layers_ * d_, 2 * i * d_, 2 * (i + 1) * d_));
+    }
   }
 
   using Products::kernels_name;
@@ -881,7 +907,7 @@ class EncoderStep : Products {
     thread_local std::vector<float> x, y, qkv, mixed, tmp, hidden, kv, keys, vals, work;  // capacity kept between calls
     thread_local std::vector<int> order;
     x.resize(N * d), y.resize(N * d), qkv.resize(N * 3 * d), mixed.resize(N * d), tmp.resize(N * d);
-    hidden.resize(N * d_ff_), kv.resize(N * 2 * memory_layers_ * d), keys.resize(static_cast<size_t>(d) * longest);
+    hidden.resize(N * d_ff_), kv.resize(N * 2 * d), keys.resize(static_cast<size_t>(d) * longest);
     vals.resize(static_cast<size_t>(d) * longest), work.resize((longest + 1) * longest + 1), order.resize(longest);
     for (size_t c = 0; c < longest; ++c) order[c] = static_cast<int>(c);
     // Embedding: token row * scale + position row (+ LayerNorm).
@@ -916,17 +942,15 @@ class EncoderStep : Products {
       residual(hidden.data(), l.fc2, N, d, pre_norm_, x.data(), y.data(), l.ffn_norm, tmp, step);
     }
     if (final_norm_) norm_rows(*final_norm_, y.data(), N, d, y.data());
-    // Every decoder layer's cross-attention K and V of the memory, one product: (N, 2 L d), then
-    // each token's into its sentence's position.
-    apply(memory_, y.data(), N, kv.data(), step);
-    const size_t width = static_cast<size_t>(2) * memory_layers_ * d;
-    for (size_t b = 0; b < B; ++b) {
-      for (int n = first[b]; n < first[b + 1]; ++n) {
-        const size_t s = positions[n];
-        const float *row = kv.data() + static_cast<size_t>(n) * width;
-        for (int i = 0; i < memory_layers_; ++i) {
-          const float *k_row = row + static_cast<size_t>(2 * i) * d, *v_row = k_row + d;
-          float *ko = key_out[i] + b * h * dk * S, *vo = value_out[i] + b * h * S * dk;
+    // Every decoder layer's cross-attention K and V of the memory: (N, 2d) a layer, then each
+    // token's into its sentence's position.
+    for (int i = 0; i < memory_layers_; ++i) {
+      apply(memory_[i], y.data(), N, kv.data(), step);
+      for (size_t b = 0; b < B; ++b) {
+        float *ko = key_out[i] + b * h * dk * S, *vo = value_out[i] + b * h * S * dk;
+        for (int n = first[b]; n < first[b + 1]; ++n) {
+          const size_t s = positions[n];
+          const float *k_row = kv.data() + static_cast<size_t>(n) * 2 * d, *v_row = k_row + d;
           for (int j = 0; j < h; ++j) {
             for (int c = 0; c < dk; ++c) ko[(static_cast<size_t>(j) * dk + c) * S + s] = k_row[j * dk + c];
             std::memcpy(vo + (static_cast<size_t>(j) * S + s) * dk, v_row + j * dk, sizeof(float) * dk);
@@ -934,7 +958,15 @@ class EncoderStep : Products {
         }
       }
     }
+    // A long batch's buffers are not kept for the next (a server's memory would stay at its
+    // largest batch's: NLLB-200, 8 sentences of 100 tokens, ~40 MB a decode loop); small ones are.
+    size_t held = 0;
+    for (const auto *v : {&x, &y, &qkv, &mixed, &tmp, &hidden, &kv, &keys, &vals, &work}) held += v->capacity() * sizeof(float);
+    if (held > kKeptBytes) {
+      for (auto *v : {&x, &y, &qkv, &mixed, &tmp, &hidden, &kv, &keys, &vals, &work}) std::vector<float>().swap(*v);
+    }
   }
+  static constexpr size_t kKeptBytes = size_t{16} << 20;
 
   int d_, h_, dk_, n_layers_, memory_layers_, d_ff_, activation_;
   bool pre_norm_;
@@ -942,7 +974,7 @@ class EncoderStep : Products {
   Embedding embed_;
   std::optional<Norm> first_norm_, final_norm_;
   std::vector<Layer> layers_;
-  Linear memory_;
+  std::vector<Linear> memory_;  // per decoder layer: its K and V of the memory
 };
 }  // namespace
 

@@ -386,7 +386,7 @@ class NativeEncoder:
         table = decoder.table if decoder is not None else None
         read = functools.partial(read_cpu_encoder, table=table)
         self.step, config = _compiled_part("EncoderStep", read, path, spec, fp32_largest_d_model, "encoder",
-                                           table_from=decoder.step if table is not None else None)
+                                           table_from=decoder.step if decoder is not None and table is not None else None)
         self.shares_table = bool(config.get("embed_from_decoder"))
         self.kernels = self.step.kernels
 

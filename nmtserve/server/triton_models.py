@@ -275,6 +275,7 @@ class GenerateModel:
         from ..engine import EnginePool, InflightBatcher
         from ..runtime.spec import SPEC_FILE, ModelSpec
 
+        stub.return_large_blocks()  # before the loops' threads allocate (their arenas)
         params, version_dir = stub.parameters(args)
         folder = stub.artifacts(params, version_dir)
         self.spec = ModelSpec.load(folder / SPEC_FILE)
