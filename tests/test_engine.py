@@ -465,3 +465,38 @@ def test_a_one_sentence_request_behind_a_bulk_request_starts_at_the_next_free_ro
     # it waited for a free row and its own decode, not for the bulk's queue (60 sentences x
     # up to 24 steps x 5 ms on 2 rows would be seconds)
     assert dict(finished)["one"] - started < 0.5 * (dict(finished)["bulk"] - started)
+
+
+def test_a_batch_encoded_in_chunks_decodes_as_encoded_at_once(tiny, monkeypatch):
+    """A batch's encoder outputs are made chunk by chunk (at most ENCODE_CHUNK_BYTES of memories at
+    once, each added before the next is encoded): the same results, fewer sentences per encode;
+    a chunk that fails fails every request being admitted, and their rows come back."""
+    from nmtserve.engine import batcher
+
+    model, onnx_model = tiny
+    srcs = sources(6, model.config.src_vocab_size, seed=21)
+    want = tokens(reference_decode(model, srcs, OPTS))
+    real, calls = onnx_model.encode, []
+
+    def encode(src):
+        calls.append(src.shape[0])
+        if len(calls) == 3 and fail:
+            raise RuntimeError("out of memory")
+        return real(src)
+
+    monkeypatch.setattr(onnx_model, "encode", encode)
+    monkeypatch.setattr(batcher, "ENCODE_CHUNK_BYTES", 1)  # one sentence a chunk
+    fail = False
+    engine = engine_for(onnx_model)
+    try:
+        assert tokens(engine.translate(srcs, OPTS, timeout=60)) == want
+        assert calls == [1] * 6
+        calls.clear()
+        fail = True
+        with pytest.raises(RuntimeError, match="out of memory"):
+            engine.translate(srcs, OPTS, timeout=60)
+        assert engine.rows_in_use == 0 and engine.running == 0  # the two chunks added left again
+        fail = False
+        assert tokens(engine.translate(srcs[:2], OPTS, timeout=60)) == want[:2]
+    finally:
+        engine.stop()
