@@ -57,17 +57,21 @@ def breakdown(pids: set[int]) -> dict[str, int]:
 
 
 class MemorySampler:
-    """Peak summed VmRSS (every ``interval`` s) and PSS (every 4th sample) of ``pids()`` meanwhile."""
+    """Peak summed VmRSS (every ``interval`` s) and PSS (every 4th sample) of ``pids()`` meanwhile;
+    ``at_peak``: each process's RSS (``breakdown``) in the sample where the sum peaked."""
 
     def __init__(self, pids: Callable[[], set[int]], interval: float = 0.5):
         self.pids, self.interval = pids, interval
         self.rss = self.pss = 0.0
+        self.at_peak: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="memory-sampler", daemon=True)
 
     def sample(self, with_pss: bool = True) -> None:
         pids = self.pids()
-        self.rss = max(self.rss, rss_mb(pids))
+        now = rss_mb(pids)
+        if now > self.rss:
+            self.rss, self.at_peak = now, breakdown(pids)
         if with_pss:
             self.pss = max(self.pss, pss_mb(pids))
 

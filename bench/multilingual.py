@@ -471,7 +471,7 @@ def measure(ctx: Context, runner: Runner, scenario: str, pass_no: int) -> None:
                 latencies.append(time.perf_counter() - started)
             seconds = sum(latencies)
     entry.update(seconds=round(seconds, 3), sentences_per_s=n / seconds, peak_rss_mb=round(memory.rss),
-                 peak_pss_mb=round(memory.pss), other_processes_cpu_pct=round(others.stop(), 1),
+                 peak_rss_by_process_mb=memory.at_peak, peak_pss_mb=round(memory.pss), other_processes_cpu_pct=round(others.stop(), 1),
                  other_processes_top=others.top, load_after=load_average())
     if latencies:
         entry.update(p50_ms=1000 * percentile(latencies, 50), p90_ms=1000 * percentile(latencies, 90))
