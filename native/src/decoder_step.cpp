@@ -151,27 +151,15 @@ class Products {
   // A product's weight: key.w (K, N) fp32, or key.w8 (K, N) int8 with key.ws (N) its columns'
   // scales; key.b its bias (required with has_bias, else where there is one).
   Linear linear(const py::dict &weights, const std::string &key, int rows, int cols, bool has_bias) {
-    Linear l;
-    l.K = rows, l.N = cols;
-    if (weights.contains(key + ".w8")) {
-      py::array a = weights[(key + ".w8").c_str()].cast<py::array>();
-      l.w8 = int8_pack(checked<int8_t>(a, (key + ".w8").c_str(), {rows, cols}, what_), rows, cols, cols, 1, l.colsum128);
-      l.scale = weight(weights, key + ".ws", {cols});
-      uses_int8_ = true;
-    } else {
-      if (!weights.contains(key + ".w")) fail("no weight " + key + ".w");
-      py::array a = weights[(key + ".w").c_str()].cast<py::array>();
-      l.w = packed(checked<float>(a, (key + ".w").c_str(), {rows, cols}, what_), rows, cols);
-    }
-    l.bias = has_bias ? weight(weights, key + ".b", {cols}) : optional_weight(weights, key + ".b", {cols});
-    return l;
+    return linear_columns(weights, key, rows, cols, 0, cols, has_bias);
   }
-  // Columns [c0, c1) of a product's weight (K, N): ``linear``'s Linear of that slice (its own
-  // packing; each output column is computed as in the whole product: the same bits).
-  Linear linear_columns(const py::dict &weights, const std::string &key, int rows, int cols, int c0, int c1) {
+  // Columns [c0, c1) of a product's weight (K, N) (and of its bias): ``linear``'s Linear of that
+  // slice, packed on its own; each output column is computed as in the whole product (the same bits).
+  Linear linear_columns(const py::dict &weights, const std::string &key, int rows, int cols, int c0, int c1,
+                        bool has_bias) {
+    if (c0 < 0 || c1 > cols || c0 >= c1) fail("bad columns of " + key);
     Linear l;
     l.K = rows, l.N = c1 - c0;
-    if (c0 < 0 || c1 > cols || c0 >= c1) fail("bad columns of " + key);
     if (weights.contains(key + ".w8")) {
       py::array a = weights[(key + ".w8").c_str()].cast<py::array>();
       l.w8 = int8_pack(checked<int8_t>(a, (key + ".w8").c_str(), {rows, cols}, what_) + c0, rows, l.N, cols, 1, l.colsum128);
@@ -181,11 +169,18 @@ class Products {
       if (!weights.contains(key + ".w")) fail("no weight " + key + ".w");
       py::array a = weights[(key + ".w").c_str()].cast<py::array>();
       const float *w = checked<float>(a, (key + ".w").c_str(), {rows, cols}, what_);
-      std::vector<float> slice(static_cast<size_t>(rows) * l.N);
-      for (int k = 0; k < rows; ++k) std::copy(w + static_cast<size_t>(k) * cols + c0, w + static_cast<size_t>(k) * cols + c1, slice.data() + static_cast<size_t>(k) * l.N);
-      l.w = packed(slice.data(), rows, l.N);
+      if (l.N == cols) {
+        l.w = packed(w, rows, cols);
+      } else {  // pack_nn reads (K, N) rows whole: the slice's columns copied out first
+        std::vector<float> slice(static_cast<size_t>(rows) * l.N);
+        for (int k = 0; k < rows; ++k) {
+          std::copy(w + static_cast<size_t>(k) * cols + c0, w + static_cast<size_t>(k) * cols + c1, slice.data() + static_cast<size_t>(k) * l.N);
+        }
+        l.w = packed(slice.data(), rows, l.N);
+      }
     }
-    l.bias = weight(weights, key + ".b", {cols}) + c0;
+    l.bias = has_bias ? weight(weights, key + ".b", {cols}) : optional_weight(weights, key + ".b", {cols});
+    if (l.bias) l.bias += c0;
     return l;
   }
   Norm norm(const py::dict &weights, const py::dict &eps, const std::string &key, int d) {
@@ -440,8 +435,8 @@ class DecoderStep : Products {
     if (in_generator) use_packed(embed_, generator_, d_);
   }
 
-  // The embedding's table when it is the projection's panels (an encoder's table, shared), else null.
-  const Embedding *packed_table() const { return embed_.packed8 ? &embed_ : nullptr; }
+  // The tied int8 projection when the embedding reads its panels (an encoder's table to share), else null.
+  const Linear *packed_table() const { return embed_.packed8 ? &generator_ : nullptr; }
 
   using Products::kernels_name;
 
@@ -821,10 +816,9 @@ class EncoderStep : Products {
     const bool shared = config.contains("embed_from_decoder") && cfg("embed_from_decoder").cast<bool>();
     embed_ = embedding(weights, eps, d_, cfg("embed_scale").cast<float>(), cfg("position_offset").cast<int>(), shared);
     if (shared) {
-      const Embedding *table = table_from.is_none() ? nullptr : table_from.cast<const DecoderStep &>().packed_table();
-      if (!table || table->quads != int8_quads(d_, i8_.quad_align)) fail("no decoder's table of width d to share");
-      embed_.packed8 = table->packed8, embed_.row_scale = table->row_scale, embed_.rows = table->rows;
-      embed_.panel = table->panel, embed_.quads = table->quads;
+      const Linear *table = table_from.is_none() ? nullptr : table_from.cast<const DecoderStep &>().packed_table();
+      if (!table) fail("no decoder's table to share");
+      use_packed(embed_, *table, d_);
       keep_.push_back(table_from);  // the decoder's panels live as long as this encoder
     }
     first_norm_ = optional_norm(weights, eps, "first_norm", d_);
@@ -844,7 +838,7 @@ class EncoderStep : Products {
     // The memory's K and V, one product per decoder layer (columns [2 i d, 2 (i + 1) d) of the
     // graph's one): a buffer of N x 2d instead of N x 2Ld (NLLB-200: 12x smaller), the same bits.
     for (int i = 0; i < memory_layers_; ++i) {
-      memory_.push_back(linear_columns(weights, "memory_kv", d_, 2 * memory_layers_ * d_, 2 * i * d_, 2 * (i + 1) * d_));
+      memory_.push_back(linear_columns(weights, "memory_kv", d_, 2 * memory_layers_ * d_, 2 * i * d_, 2 * (i + 1) * d_, true));
     }
   }
 

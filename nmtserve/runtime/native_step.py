@@ -210,23 +210,22 @@ def read_cpu_decoder(path: Path, spec: ModelSpec, share_table: bool = True) -> t
     return r.result()
 
 
-def read_cpu_encoder(path: Path, spec: ModelSpec, table: tuple | None = None) -> tuple[dict, dict[str, np.ndarray]]:
+def read_cpu_encoder(path: Path, spec: ModelSpec, shared_table: tuple | None = None) -> tuple[dict, dict[str, np.ndarray]]:
     """(config, weights) of a fused CPU encoder graph (``cpu_graph.build_cpu_encoder``, fp32 or int8
-    as ``quantize`` writes it), as ``EncoderStep`` takes them. ``table``: a compiled decoder's shared
+    as ``quantize`` writes it), as ``EncoderStep`` takes them. ``shared_table``: a compiled decoder's
     int8 table (its ``table`` attribute); where the source's table is the same codes (the same bytes
     of the same file, or equal arrays) and scales, it is not read: ``embed_from_decoder``."""
     path = Path(path)
     r = _GraphReader(path, "nmtserve_encoder_cpu", "encoder", "encoder")
     init, array, weights = r.init, r.array, r.weights
     # The token table: the Gather of src_ids (its int8 rows and row scales where quantized).
-    shared = table
     table = next((n.input[0] for n in r.g.node if n.op_type == "Gather" and n.input[1:] == ["src_ids"]
                   and not n.input[0].endswith(".scale_rows")), None)
     if table is None:
         raise Unsupported(f"{path.name}: no embedding table gathers src_ids")
     q = r.int8(table.removesuffix(".int8_rows"), "rows") if table.endswith(".int8_rows") else None
-    if q is not None and shared is not None and _table_identity(init[table], path.parent) == shared[0] \
-            and np.array_equal(q[1], shared[1]):
+    if q is not None and shared_table is not None and _table_identity(init[table], path.parent) == shared_table[0] \
+            and np.array_equal(q[1], shared_table[1]):
         r.config["embed_from_decoder"] = True
     elif q is not None:
         weights["embed.w8"], weights["embed.rows_scale"] = q
@@ -384,7 +383,7 @@ class NativeEncoder:
         """``decoder``: a compiled decoder whose int8 table (held in its projection's panels) is read
         for the source's tokens where it is the same table, instead of holding it a second time."""
         table = decoder.table if decoder is not None else None
-        read = functools.partial(read_cpu_encoder, table=table)
+        read = functools.partial(read_cpu_encoder, shared_table=table)
         self.step, config = _compiled_part("EncoderStep", read, path, spec, fp32_largest_d_model, "encoder",
                                            table_from=decoder.step if decoder is not None and table is not None else None)
         self.shares_table = bool(config.get("embed_from_decoder"))
