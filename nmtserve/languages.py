@@ -1,7 +1,9 @@
 """Language codes of multilingual models, and the ISO 639 codes users type for them.
 
-Dependency-light on purpose: the client, the Triton models and the CLI import it (ISO 639 data
-comes from ``python-iso639``, imported on first use). A model's own codes are its language tokens:
+Dependency-light on purpose: the client, the Triton models and the CLI import it. ISO 639 facts
+of the languages the three families name come from a table generated from ``python-iso639``
+(``_language_table``); its full tables (~13 MB, ~0.4 s in each process) load only for other codes
+or a macrolanguage lookup. A model's own codes are its language tokens:
 
 * NLLB-200: ``fra_Latn`` (ISO 639-3 + ISO 15924 script);
 * M2M100: ``__fr__`` (ISO 639-1 where one exists, else 639-3; fairseq's ``ns`` is Northern Sotho);
@@ -55,7 +57,29 @@ class _Parsed:
     variant: str | None   # the script (NLLB) or region (mBART-50)
 
 
+@dataclass(frozen=True)
+class _IsoFacts:
+    """What this module reads of a python-iso639 Language (from ``_language_table``)."""
+
+    part1: str | None
+    part3: str
+    name: str
+    macrolanguage: str | None
+
+
 def _iso(code: str) -> Any:
+    """The ISO 639 facts of an ISO 639-1/-3/-2B code (``part1``, ``part3``, ``name``,
+    ``macrolanguage``), or None: from the families' table, else from python-iso639."""
+    from ._language_table import TABLE
+
+    key = NON_ISO_CODES.get(code.lower(), code.lower())
+    if key in TABLE:
+        part1, part3, name, macro = TABLE[key]
+        return _IsoFacts(part1 or None, part3, name, macro or None)
+    return _iso_full(code)
+
+
+def _iso_full(code: str) -> Any:
     """The python-iso639 Language of an ISO 639-1/-3/-2B code, or None."""
     from iso639 import Language as IsoLanguage
     from iso639 import LanguageNotFoundError
@@ -107,12 +131,12 @@ def resolve(code: str, model_codes: Sequence[str]) -> str:
         raise LanguageError(f"unknown language {code!r}: neither a language code of this model "
                             f"(e.g. {', '.join(model_codes[:3])}) nor an ISO 639-1 / 639-3 code")
     parts = {c: _parse(c).language for c in model_codes}
-    macro = _macrolanguages()
     candidates = [c for c, lang in parts.items() if lang == wanted.part3]
     if not candidates:  # a macrolanguage: the model's varieties of it (ar -> arb_Arab, ary_Arab, ...)
+        macro = _macrolanguages()
         candidates = [c for c, lang in parts.items() if lang is not None and macro.get(lang) == wanted.part3]
-    if not candidates and wanted.part3 in macro:  # an individual language: the model's macrolanguage
-        candidates = [c for c, lang in parts.items() if lang == macro[wanted.part3]]
+        if not candidates and wanted.part3 in macro:  # an individual language: the model's macrolanguage
+            candidates = [c for c, lang in parts.items() if lang == macro[wanted.part3]]
     if len(candidates) == 1:
         return candidates[0]
     if candidates:

@@ -137,3 +137,34 @@ def test_every_real_code_is_named_and_resolves_to_itself():
         for code in codes:
             assert resolve(code, codes) == code
             assert resolve(code.upper(), codes) == code
+
+
+def test_the_families_table_answers_as_python_iso639_does():
+    """nmtserve/_language_table.py (scripts/make_language_table.py) holds, for every code in it,
+    what python-iso639 says; a release of either that changes an answer fails here."""
+    from nmtserve._language_table import TABLE
+    from nmtserve.languages import _iso_full
+
+    assert len(TABLE) > 300
+    for key, (part1, part3, name, macro) in TABLE.items():
+        lang = _iso_full(key)
+        assert (lang.part1 or "", lang.part3, lang.name, lang.macrolanguage or "") == (part1, part3, name, macro), key
+
+
+def test_the_families_codes_are_described_and_resolved_without_python_iso639():
+    """A server of NLLB-200, M2M100 or mBART-50 names and resolves its codes from the table: the
+    full ISO 639 tables (~13 MB in every Triton stub that tokenizes) load only for other codes or
+    a macrolanguage lookup."""
+    pytest.importorskip("transformers")
+    code = ("import sys\n"
+            "from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES as NLLB\n"
+            "from transformers.models.m2m_100.tokenization_m2m_100 import FAIRSEQ_LANGUAGE_CODES as M2M\n"
+            "from transformers.models.mbart50.tokenization_mbart50 import FAIRSEQ_LANGUAGE_CODES as MBART\n"
+            "from nmtserve.languages import describe, resolve\n"
+            "for codes in (list(NLLB), [f'__{c}__' for c in M2M['m2m100']], list(MBART)):\n"
+            "    describe(codes); [resolve(c, codes) for c in codes]\n"
+            "assert resolve('fr', list(NLLB)) == 'fra_Latn' and resolve('fre', list(NLLB)) == 'fra_Latn'\n"
+            "assert 'iso639' not in sys.modules, 'python-iso639 was loaded'\n"
+            "assert resolve('ar', ['arb_Arab', 'fra_Latn']) == 'arb_Arab'  # a macrolanguage: the full tables\n"
+            "assert 'iso639' in sys.modules\n")
+    subprocess.run([sys.executable, "-c", code], check=True)

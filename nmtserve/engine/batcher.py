@@ -758,8 +758,13 @@ class _Group:
     def shift(self, lo: int, g: int) -> None:
         """Move the live window ``[lo, g)`` of the pool (and the tables) to the front."""
         span = g - lo
-        for buf in (self.past_key, self.past_value):
-            buf[:span] = buf[lo:g].copy()  # on the backend's device
+        for buf in (self.past_key, self.past_value):  # on the backend's device
+            # In blocks of at most ``lo`` times: a block's source and destination never overlap and
+            # no source is overwritten before it moves, so no temporary of the window (an NLLB-200
+            # pool's window is tens of MB) is made.
+            for t in range(0, span, lo):
+                n = min(lo, span - t)
+                buf[t : t + n] = buf[lo + t : lo + t + n]
         self.table[:, :, :span] = self.table[:, :, lo:g].copy()
         self.start[: self.size] -= lo
 
