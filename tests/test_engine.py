@@ -500,3 +500,63 @@ def test_a_batch_encoded_in_chunks_decodes_as_encoded_at_once(tiny, monkeypatch)
         assert tokens(engine.translate(srcs[:2], OPTS, timeout=60)) == want[:2]
     finally:
         engine.stop()
+
+
+def test_a_pool_grown_mid_run_keeps_what_was_written_and_touches_nothing_else(tiny, monkeypatch):
+    """Sentences joining a running group past its capacity grow its pool while steps have run
+    (and the small headroom makes it compact and lengthen): the new pool gets the times before
+    ``g`` of the rows ever written and nothing else (the rest stays zero pages, no memory), and
+    every sentence still gets its reference result."""
+    from nmtserve.engine.batcher import _Group
+
+    model, onnx_model = tiny
+    engine = engine_for(onnx_model, max_sentences=12, pool_slack=4)
+    grown = []
+    real = _Group.resize_pool
+
+    def resize_pool(group):
+        before = None if group.past_key is None else group.past_key.shape
+        real(group)
+        if before is not None and group.past_key.shape != before and group.engine.g > 0:
+            g, r = group.engine.g, group.rows_written
+            grown.append((g, r))
+            assert not group.past_key[g:].any() and not group.past_value[:, r:].any()
+
+    monkeypatch.setattr(_Group, "resize_pool", resize_pool)
+    opts = SearchOptions(beam_size=2, max_length=20)
+    first, later = sources(3, model.config.src_vocab_size, seed=61), sources(10, model.config.src_vocab_size, seed=62)
+    got: dict = {}
+    reached, queued = threading.Event(), threading.Event()
+    step = engine._step
+
+    def paused_step():  # after 3 steps the loop waits for the later request to be queued
+        if engine.stats["steps"] >= 3 and not queued.is_set():
+            reached.set()
+            queued.wait(30)
+        return step()
+
+    engine._step = paused_step
+    clients = [threading.Thread(target=lambda: got.setdefault("first", engine.translate(first, opts, timeout=60))),
+               threading.Thread(target=lambda: got.setdefault("later", engine.translate(later, opts, timeout=60)))]
+    clients[0].start()
+    assert reached.wait(30)
+    clients[1].start()
+    deadline = time.monotonic() + 30
+    while not engine.queued and time.monotonic() < deadline:
+        time.sleep(0.001)
+    queued.set()
+    [c.join() for c in clients]
+    engine.stop()
+    assert grown and any(r > 0 for _, r in grown)  # grown while rows were live
+    assert tokens(got["first"]) == tokens(reference_decode(model, first, opts))
+    assert tokens(got["later"]) == tokens(reference_decode(model, later, opts))
+    monkeypatch.undo()
+    alone = engine_for(onnx_model, max_sentences=12)  # each sentence alone: no growth
+    want = [alone.translate([s], opts, timeout=60)[0] for s in first + later]
+    alone.stop()
+    # The scores too (a K/V lost in the move shifts them far more than these graphs' batch
+    # rounding, ~1e-8).
+    flat = [h for hyps in got["first"] + got["later"] for h in hyps]
+    expected = [h for hyps in want for h in hyps]
+    assert [h.tokens for h in flat] == [h.tokens for h in expected]
+    assert [h.score for h in flat] == pytest.approx([h.score for h in expected], abs=1e-6)

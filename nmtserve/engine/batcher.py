@@ -653,6 +653,10 @@ class _Group:
         self.values: list = []
         self.past_key: Any = None
         self.past_value: Any = None
+        # Cache rows ever written are [0, rows_written): a step writes rows [0, size * K). The rest
+        # of a pool (and its times from the engine's ``g`` on) holds nothing to keep, and a pool is
+        # zeros never touched there (no memory), so copies and moves leave it out.
+        self.rows_written = 0
         self._resize(min(8, engine.max_sentences), self.width)
 
     @property
@@ -698,9 +702,9 @@ class _Group:
         if self.past_key is not None and self.past_key.shape == shape:
             return
         key, value = self.arrays.zeros(shape, self.engine._float), self.arrays.zeros(shape, self.engine._float)
-        if self.past_key is not None:
-            t, r = self.past_key.shape[:2]
-            key[:t, :r], value[:t, :r] = self.past_key, self.past_value
+        if self.past_key is not None:  # what was written: times before g, rows below rows_written
+            t, r = min(self.engine.g, self.past_key.shape[0]), min(self.rows_written, self.past_key.shape[1])
+            key[:t, :r], value[:t, :r] = self.past_key[:t, :r], self.past_value[:t, :r]
         self.past_key, self.past_value = key, value
         if self.table.shape[2] < time:
             table = np.zeros((self.capacity, self.k, time), np.int32)
@@ -729,6 +733,7 @@ class _Group:
             self.keys[layer][row, :, :, :src_len] = keys[layer][:, :, :src_len]
             self.values[layer][row, :, :src_len] = values[layer][:, :src_len]
         self.members.append((request, index))
+        self.rows_written = max(self.rows_written, self.size * self.k)
 
     def remove(self, rows: np.ndarray) -> None:
         """Drop ``rows``: the last live rows move into their places (one copy per array)."""
@@ -757,14 +762,14 @@ class _Group:
 
     def shift(self, lo: int, g: int) -> None:
         """Move the live window ``[lo, g)`` of the pool (and the tables) to the front."""
-        span = g - lo
+        span, r = g - lo, self.rows_written
         for buf in (self.past_key, self.past_value):  # on the backend's device
             # In blocks of at most ``lo`` times: a block's source and destination never overlap and
             # no source is overwritten before it moves, so no temporary of the window (an NLLB-200
-            # pool's window is tens of MB) is made.
+            # pool's window is tens of MB) is made. Rows never written stay untouched.
             for t in range(0, span, lo):
                 n = min(lo, span - t)
-                buf[t : t + n] = buf[lo + t : lo + t + n]
+                buf[t : t + n, :r] = buf[lo + t : lo + t + n, :r]
         self.table[:, :, :span] = self.table[:, :, lo:g].copy()
         self.start[: self.size] -= lo
 
