@@ -503,10 +503,10 @@ def test_a_batch_encoded_in_chunks_decodes_as_encoded_at_once(tiny, monkeypatch)
 
 
 def test_a_pool_grown_mid_run_keeps_what_was_written_and_touches_nothing_else(tiny, monkeypatch):
-    """Sentences joining a running group past its capacity grow its pool while steps have run
-    (and the small headroom makes it compact and lengthen): the new pool gets the times before
-    ``g`` of the rows ever written and nothing else (the rest stays zero pages, no memory), and
-    every sentence still gets its reference result."""
+    """Sentences joining a running group past its capacity grow its pool while steps have run:
+    the new pool gets the times before ``g`` of the rows ever written and nothing else (the rest
+    stays zero pages, no memory), and every sentence still gets its reference result and, to
+    within the graphs' batch rounding, its score alone."""
     from nmtserve.engine.batcher import _Group
 
     model, onnx_model = tiny

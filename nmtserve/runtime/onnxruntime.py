@@ -165,7 +165,7 @@ def _shrinking_run_options() -> ort.RunOptions:
     return options
 
 
-_ENCODER_RUN = _SHRINKING_RUN = _shrinking_run_options()
+_SHRINKING_RUN = _shrinking_run_options()
 DECODER_SHRINK_EVERY = 8
 
 
@@ -238,7 +238,7 @@ class OnnxModel:
         if self.native_encoder is not None:
             return self.native_encoder.encode(src_ids)
         out = dict(zip(self._enc_out, self.encoder.run(
-            self._enc_out, {"src_ids": np.ascontiguousarray(src_ids, dtype=np.int32)}, _ENCODER_RUN), strict=True))
+            self._enc_out, {"src_ids": np.ascontiguousarray(src_ids, dtype=np.int32)}, _SHRINKING_RUN), strict=True))
         return graphs.split_memory(out, self.spec.layers)
 
     def step_model(self, src_ids: np.ndarray, beam: int, max_steps: int) -> LockstepModel:
