@@ -473,14 +473,21 @@ def _plain_words(text: str) -> list[str]:
 
 def longest_loop(words: Sequence[str]) -> tuple[int, int]:
     """(block length n, times in a row k) of the most repeated block of ``words`` that counts as a
-    loop (k >= LOOP_REPEATS, or k >= 2 for n >= LOOP_LONG_BLOCK); (0, 0) when none."""
+    loop (k >= LOOP_REPEATS, or k >= 2 for n >= LOOP_LONG_BLOCK); (0, 0) when none; the first
+    such block (shortest n, then earliest start) among equals.
+
+    A block of n words at ``start`` comes k times in a row exactly when the word n places on
+    matches for the (k - 1) n words from ``start``; so per n one pass from the end counts those
+    runs, and k = 1 + run // n (linear in the words for each n; it runs on every translation)."""
     best = (0, 0)
     size = len(words)
     for n in range(1, min(LOOP_BLOCK, size // 2) + 1):
+        run = [0] * (size - n + 1)  # run[i]: how many of words[i + j] == words[i + j + n] hold, j = 0, 1, ...
+        for i in range(size - n - 1, -1, -1):
+            if words[i] == words[i + n]:
+                run[i] = run[i + 1] + 1
         for start in range(size - 2 * n + 1):
-            k = 1
-            while start + (k + 1) * n <= size and words[start + k * n: start + (k + 1) * n] == words[start: start + n]:
-                k += 1
+            k = 1 + run[start] // n
             if (k >= LOOP_REPEATS or (k >= 2 and n >= LOOP_LONG_BLOCK)) and k * n > best[0] * best[1]:
                 best = (n, k)
     return best

@@ -209,3 +209,40 @@ def test_fewer_content_words_than_the_source_is_flagged_without_any_alignment():
     assert [u for u in content_units("She was born in May.", "en")] == [(2,), (4,)]
     assert [u for u in content_units("May I come in?", "en")] == [(2,)]
     assert [u for u in content_units("Le 3 août 1978, j'ai vu sept petits.", "fr")] == [(2,), (5,), (7,)]
+
+
+def _longest_loop_by_definition(words):
+    """longest_loop as its docstring defines it: every block compared with its repeats."""
+    from nmtserve.coverage import LOOP_BLOCK, LOOP_LONG_BLOCK, LOOP_REPEATS
+
+    best, size = (0, 0), len(words)
+    for n in range(1, min(LOOP_BLOCK, size // 2) + 1):
+        for start in range(size - 2 * n + 1):
+            k = 1
+            while start + (k + 1) * n <= size and words[start + k * n: start + (k + 1) * n] == words[start: start + n]:
+                k += 1
+            if (k >= LOOP_REPEATS or (k >= 2 and n >= LOOP_LONG_BLOCK)) and k * n > best[0] * best[1]:
+                best = (n, k)
+    return best
+
+
+def test_the_loop_finder_equals_comparing_every_block_with_its_repeats():
+    import random
+
+    from nmtserve.coverage import longest_loop
+
+    rng = random.Random(7)
+    looped = 0
+    for _ in range(4000):
+        vocabulary = rng.choice([2, 3, 5, 20])
+        words = [str(rng.randrange(vocabulary)) for _ in range(rng.randrange(0, 30))]
+        if rng.random() < 0.4:  # a block written 2-4 times somewhere
+            block = [str(rng.randrange(vocabulary)) for _ in range(rng.randrange(1, 9))]
+            at = rng.randrange(len(words) + 1)
+            words = words[:at] + block * rng.randrange(2, 5) + words[at:]
+        expected = _longest_loop_by_definition(words)
+        assert longest_loop(words) == expected, words
+        looped += expected != (0, 0)
+    assert looped > 500  # the cases hold loops, not only their absence
+    assert longest_loop("six six six six".split()) == (1, 4)
+    assert longest_loop("a b a b c".split()) == (0, 0)  # a short block twice is no loop

@@ -155,7 +155,9 @@ def test_move_rows_moves_every_arrays_rows_as_numpy_indexing_does():
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal((7, 3, 5)).astype(np.float32), rng.integers(0, 9, (7, 4)).astype(np.int64),
               rng.integers(0, 2, 7).astype(bool), rng.integers(-5, 5, (7, 2, 2, 3)).astype(np.int16)]
-    for dst, src in ([0, 2], [6, 5]), ([0, 1, 2, 3], [1, 2, 3, 0]), ([], []):
+    # Disjoint (copied straight), a rotation, a chain and a swap (through a copy), a row onto itself.
+    for dst, src in (([0, 2], [6, 5]), ([0, 1, 2, 3], [1, 2, 3, 0]), ([1, 2], [2, 3]), ([2, 1], [1, 2]),
+                     ([1, 3], [1, 5]), ([], [])):
         dst, src = np.array(dst, np.int64), np.array(src, np.int64)
         want = [a.copy() for a in arrays]
         for a in want:

@@ -102,10 +102,27 @@ void move_rows(const std::vector<py::array> &arrays, const py::array_t<int64_t, 
       }
     }
   }
+  // No source row written before it is read (the usual move: the last live rows into the holes
+  // of rows that left): each row straight to its place; else through a copy of the sources.
+  bool disjoint = true;
+  for (py::ssize_t i = 0; i < n && disjoint; ++i)
+    for (py::ssize_t j = 0; j < n; ++j)
+      if (to[i] == from[j] && i != j) {
+        disjoint = false;
+        break;
+      }
+  std::vector<std::pair<char *, size_t>> blocks;  // each array's data and row bytes
+  for (const py::array &a : arrays)
+    blocks.emplace_back(static_cast<char *>(const_cast<void *>(a.data())),
+                        a.shape(0) ? static_cast<size_t>(a.nbytes() / a.shape(0)) : 0);
   std::vector<char> rows;
-  for (const py::array &a : arrays) {
-    const size_t row = a.shape(0) ? static_cast<size_t>(a.nbytes() / a.shape(0)) : 0;
-    char *data = static_cast<char *>(const_cast<void *>(a.data()));
+  py::gil_scoped_release free;  // plain copies in arrays the caller holds
+  for (const auto &[data, row] : blocks) {
+    if (disjoint) {
+      for (py::ssize_t j = 0; j < n; ++j)
+        if (to[j] != from[j]) std::copy_n(data + from[j] * row, row, data + to[j] * row);
+      continue;
+    }
     rows.resize(row * n);
     for (py::ssize_t j = 0; j < n; ++j) std::copy_n(data + from[j] * row, row, rows.data() + j * row);
     for (py::ssize_t j = 0; j < n; ++j) std::copy_n(rows.data() + j * row, row, data + to[j] * row);

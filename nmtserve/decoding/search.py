@@ -494,9 +494,10 @@ class BeamBatch:
             else:
                 for array in arrays:
                     array[moved] = array[order[moved]]  # the right side is a copy: overlaps are safe
-        self.options = [self.options[i] for i in order.tolist()]
-        self.terms = [self.terms[i] for i in order.tolist()]
-        self.progress = [self.progress[i] for i in order.tolist()]
+        rows = order.tolist()
+        self.options = [self.options[i] for i in rows]
+        self.terms = [self.terms[i] for i in rows]
+        self.progress = [self.progress[i] for i in rows]
         self.size = len(order)
 
     def prefix(self, row: int, beam: int) -> list[int]:

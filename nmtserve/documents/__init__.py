@@ -111,7 +111,7 @@ from ._core import (
 from ._html import _html_escape, _html_runs
 from ._markdown import _markdown_escape, _markdown_runs
 from ._plain import _plain_escape, _plain_runs
-from ._sentences import _render_sentence, _sentences_of_run
+from ._sentences import _render_sentence, _sentence_cuts, _sentences_of_run
 from ._xml import XmlRules, _xml_escape, _xml_runs
 
 __all__ = [
@@ -124,6 +124,7 @@ __all__ = [
     "Segmented",
     "TranslationMismatchError",
     "XmlRules",
+    "plain_line_is_one_sentence",
     "segment",
     "translate_document",
 ]
@@ -218,6 +219,18 @@ def segment(text: str, fmt: str, *, language: str = "en",
         if before.end > after.start:
             raise AssertionError(f"overlapping sentences at offset {after.start}")
     return Segmented([s.sentence for s in slots], fmt, text, tuple(slots))
+
+
+def plain_line_is_one_sentence(text: str, language: str = "en") -> bool:
+    """True when ``text`` is one line (no CR or LF) in which the segmenter finds no sentence
+    break: ``segment(text, "plain", language=...)`` then has at most one sentence, ``text`` whole
+    or nothing (whitespace, no letters). A cheap first look for the request path (``tokenize``
+    cuts every TEXT element into its sentences): such a line is one plain run of one piece, the
+    segmenter sees it as it is, so these are the cuts ``segment`` would make. False says nothing:
+    ``segment`` decides."""
+    if not isinstance(language, str) or not language.strip():
+        return False  # segment refuses it
+    return "\n" not in text and "\r" not in text and not _sentence_cuts(language, text)
 
 
 def translate_document(text: str, fmt: str, translate: Callable[[list[str]], Sequence[str]], *,

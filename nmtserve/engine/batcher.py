@@ -741,14 +741,15 @@ class _Group:
     def remove(self, rows: np.ndarray) -> None:
         """Drop ``rows``: the last live rows move into their places (one copy per array)."""
         b = self.size
-        gone = set(np.asarray(rows).tolist())
-        keep = [r for r in range(b) if r not in gone]
-        tail = deque(r for r in reversed(keep) if r >= len(keep))  # live rows past the new end
-        order = np.array([r if r not in gone else tail.popleft() for r in range(len(keep))], dtype=np.int64)
+        gone = np.zeros(b, dtype=bool)
+        gone[np.asarray(rows, dtype=np.int64)] = True
+        n = b - int(np.count_nonzero(gone))
+        moved = np.flatnonzero(gone[:n])  # the holes below the new end, lowest first ...
+        src = np.flatnonzero(~gone[n:])[::-1] + n  # ... take the live rows past it, last first
+        order = np.arange(n, dtype=np.int64)
+        order[moved] = src
         self.search.reorder(order)
-        moved = np.flatnonzero(order != np.arange(len(order)))
         if len(moved):
-            src = order[moved]
             host: list[Any] = [self.start, self.src_len, self.table]
             if self.arrays is HOST:  # the memories are host arrays too: one move of every row
                 host += [*self.keys, *self.values]

@@ -16,7 +16,6 @@ message), ``execute`` returns exactly one response per request, and a bad reques
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import threading
@@ -53,9 +52,10 @@ from .step_runtimes import step_runtime
 log = logging.getLogger("nmtserve.server")
 pb_utils = stub.pb_utils  # None outside a Triton Python-backend stub
 
-def _search_options(request, spec, max_beam: int) -> SearchOptions:
-    """The request's optional decoding inputs, validated (InputError names a bad one)."""
-    return parse_search_options({name: stub.input_array(request, name) for name in c.OPTION_INPUTS}, spec, max_beam)
+def _search_options(get: Callable[[str], np.ndarray | None], spec, max_beam: int) -> SearchOptions:
+    """The request's optional decoding inputs (``get(name)`` -> array or None), validated
+    (InputError names a bad one)."""
+    return parse_search_options({name: get(name) for name in c.OPTION_INPUTS}, spec, max_beam)
 
 
 def queue_limits(params: dict):
@@ -123,7 +123,7 @@ class TokenizeModel:
 
     def _one(self, request):
         try:
-            arrays = self.tokenize.arrays(lambda name: stub.input_array(request, name))
+            arrays = self.tokenize.arrays(stub.input_arrays(request).get)
         except InputError as exc:
             return pb_utils.InferenceResponse(error=stub.error(str(exc)))
         return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, a) for n, a in arrays.items()])
@@ -243,7 +243,7 @@ class DetokenizeModel:
         out = []
         for request in requests:
             try:
-                arrays = self.detokenize.arrays(lambda name, r=request: stub.input_array(r, name))
+                arrays = self.detokenize.arrays(stub.input_arrays(request).get)
             except InputError as exc:
                 out.append(pb_utils.InferenceResponse(error=stub.error(str(exc))))
                 continue
@@ -253,10 +253,16 @@ class DetokenizeModel:
 
 def _lowest_per_element(scores: np.ndarray, counts: np.ndarray | None) -> np.ndarray:
     """Per TEXT element, the lowest of its sentences' scores (``counts`` of PIECES; None: one row each)."""
-    if counts is None or counts.ndim != 1 or counts.sum() != scores.shape[0] or counts.min(initial=1) < 1:
+    if counts is None or counts.ndim != 1:
         return scores
-    return np.array([scores[start:start + n].min() for start, n in zip(np.cumsum(counts) - counts, counts, strict=True)],
-                    dtype=np.float32)
+    sizes = counts.tolist()  # a request's few elements: plain Python beats numpy's per-call cost
+    if sum(sizes) != scores.shape[0] or min(sizes, default=1) < 1 or len(sizes) == scores.shape[0]:
+        return scores  # not a layout of these rows, or one sentence an element
+    values, lowest, start = scores.tolist(), [], 0
+    for n in sizes:
+        lowest.append(min(values[start:start + n]))
+        start += n
+    return np.array(lowest, dtype=np.float32)
 
 
 class GenerateModel:
@@ -325,13 +331,14 @@ class GenerateModel:
             sender = request.get_response_sender()
             texts = None  # in-process text: what detokenizing needs besides the results
             try:  # inputs are copied out here: they are freed when execute returns
-                get: Callable[[str], np.ndarray | None] = functools.partial(stub.input_array, request)
+                inputs = stub.input_arrays(request)
+                get: Callable[[str], np.ndarray | None] = inputs.get
                 if self.tokenize is not None and get(c.TEXT) is not None:
                     texts = {name: np.array(a, copy=True) for name in c.TEXT_INPUT_NAMES if (a := get(name)) is not None}
                     texts.update(self.tokenize.arrays(texts.get))
                     get = texts.get
                 sources = parse_sources(get(c.SRC_IDS), get(c.SRC_LEN), self.spec)
-                options = _search_options(request, self.spec, self.max_beam)
+                options = _search_options(inputs.get, self.spec, self.max_beam)
                 prefixes = parse_prefixes(get(c.FORCED_IDS), get(c.FORCED_LEN), get(c.PROMPT_LEN), len(sources), self.spec)
                 constraints = parse_constraints(get(c.TERM_IDS), len(sources), self.spec)
                 check_constraints(constraints, prefixes, options)
