@@ -131,27 +131,10 @@ def test_a_text_of_several_sentences_is_sent_sentence_by_sentence(demo_checkpoin
     assert whole[c.PIECES].tolist() == [1] and whole[c.SRC_LEN].tolist() == [len(tok.encode(line))]
 
 
-def _sentences_by_segment(text, language):
-    """sentences_of as segment alone decides (no first look)."""
-    from nmtserve.documents import DocumentError, segment
-
-    try:
-        doc = segment(text, "plain", language=language, max_chars=max(len(text), 1))
-    except (DocumentError, ValueError):
-        return [text], ["", ""]
-    if len(doc.sentences) < 2:
-        return [text], ["", ""]
-    spans = doc.spans
-    gaps = [text[: spans[0][0]].lstrip()]
-    gaps += [text[end:start] for (_, end), (start, _) in zip(spans, spans[1:], strict=False)]
-    gaps.append(text[spans[-1][1]:].rstrip())
-    return list(doc.sentences), gaps
-
-
 @pytest.mark.parametrize("language", ["en", "de", "ja", "zz", ""])
 def test_the_first_look_at_a_line_cuts_it_as_the_segmenter_does(language):
     from nmtserve.documents import plain_line_is_one_sentence
-    from nmtserve.server.protocol import sentences_of
+    from nmtserve.server.protocol import _segmented_sentences, sentences_of
 
     texts = ["He sold three red horses.", "  one apple  ", "7:45", "", "   ", "Dr. Smith came at 5 p.m. today.",
              "I came. I saw. I won.", "Stop!Go?", "He said: \"No.\" Then left.", "e.g. this one", "x\u00a0. Y",
@@ -159,7 +142,7 @@ def test_the_first_look_at_a_line_cuts_it_as_the_segmenter_does(language):
              "no break\r\nhere. Or here.", "**Stop.** Go", "<g1>Hello.</g1> World.", "U.S.A. is big. Yes."]
     one = 0
     for text in texts:
-        assert sentences_of(text, language) == _sentences_by_segment(text, language), text
+        assert sentences_of(text, language) == _segmented_sentences(text, language), text
         one += plain_line_is_one_sentence(text, language)
     assert one >= 5 or not language  # the first look decided some (none without a language: segment refuses it)
 

@@ -278,10 +278,17 @@ def sentences_of(text: str, language: str = "en") -> tuple[list[str], list[str]]
     (sentences, the ``len(sentences) + 1`` gaps around them). A text of one sentence (or none
     that the segmenter finds: "7:45") comes back whole with empty gaps; the whitespace before
     the first and after the last sentence is dropped, as the model drops it."""
-    from ..documents import DocumentError, plain_line_is_one_sentence, segment
+    from ..documents import plain_line_is_one_sentence
 
     if plain_line_is_one_sentence(text, language):  # most requests: ~5 us, not segment's ~130
         return [text], ["", ""]
+    return _segmented_sentences(text, language)
+
+
+def _segmented_sentences(text: str, language: str) -> tuple[list[str], list[str]]:
+    """``sentences_of`` as the document segmenter alone decides it."""
+    from ..documents import DocumentError, segment
+
     try:
         doc = segment(text, "plain", language=language, max_chars=max(len(text), 1))
     except (DocumentError, ValueError):  # control characters: the model gets the text as it is
