@@ -91,10 +91,15 @@ def test_compiled_steps_give_the_step_by_step_paths_bits(demo_repository, demo_i
         (src[18:20], SearchOptions(**four, no_repeat_ngram_size=2), {}),
         (src[20:], SearchOptions(**four, length_penalty=0.6), {}),
     ]
+    native.module.loop_clock(reset=True)
     compiled, calls = _decode(runtime, requests, compiled=True, stagger=0.003)
+    left_out = native.module.loop_clock()["dead_rows"]
     stepwise, _ = _decode(runtime, requests, compiled=False)
     assert len(compiled) == 30
     assert compiled == stepwise
+    # The compiled steps left the dead beams' rows out (a sentence's beams after its first, until
+    # its first ranked step: through the target prefixes too); the step-by-step path computes them.
+    assert left_out >= 3, left_out
     assert max(calls) > 1, calls  # runs of steps were one call
     lone, calls = _decode(runtime, [(src[-1:], SearchOptions(**four, length_penalty=0.6), {})], compiled=True)
     assert lone == [stepwise[-1]]

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -47,9 +48,10 @@ namespace {
 using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
 // Where run_steps' time goes (bench/step_profile.py): calls, steps, nanoseconds in the decoder's
-// kernels (compute) and in the whole loop (the rest: the search's step and the ancestor table).
+// kernels (compute) and in the whole loop (the rest: the search's step and the ancestor table),
+// and the dead beams' rows left out (dead_rows).
 struct LoopClock {
-  std::atomic<uint64_t> calls{0}, steps{0}, kernels_ns{0}, total_ns{0};
+  std::atomic<uint64_t> calls{0}, steps{0}, kernels_ns{0}, total_ns{0}, dead_rows{0};
 };
 LoopClock loop_clock;
 
@@ -432,6 +434,7 @@ class DecoderStep : Products {
     }
     generator_.bias = optional_w("final_bias", {vocab_});
     logits_mask_ = w("logits_mask", {vocab_});
+    for (int v = 0; v < vocab_; ++v) finite_tokens_ += std::isfinite(logits_mask_[v]) ? 1 : 0;
     if (in_generator) use_packed(embed_, generator_, d_);
   }
 
@@ -543,6 +546,14 @@ class DecoderStep : Products {
     std::vector<int16_t> positions(want_attention ? N : 0);
     Outputs out{top_values.data(), top_ids.data(), nullptr, nullptr, want_attention ? attention.data() : nullptr, nullptr};
     const size_t slice = static_cast<size_t>(pool.R) * n_layers_ * d_;  // one pool time
+    // A sentence's beams after its first are dead until its first ranked step (score
+    // search.py _INITIAL_OTHER_BEAMS, -1e9; a forced prefix step keeps it): nothing they compute
+    // is read, so they are left out (dead_rows) where that is exact: every live beam's 2K + 1
+    // candidates are then finite (at most EOS banned), so the ranking's first 2K all come from
+    // live beams, as they do when the dead ones are computed (-1e9 + a log-probability).
+    const bool skip_dead = static_cast<py::ssize_t>(candidates_) >= 2 * K + 1 && finite_tokens_ >= 2 * K + 1;
+    std::vector<int32_t> live;
+    uint64_t left_out = 0;
     int done_steps = 0;
     py::gil_scoped_release release;
     const uint64_t began = clock_ns();
@@ -551,8 +562,10 @@ class DecoderStep : Products {
       Lists &lists = lists_for(b);
       step_inputs(pool, b, g, search.tokens.data, search.t.data, lists);
       out.new_key = pool.key + g * slice, out.new_value = pool.value + g * slice;
+      const bool dead = skip_dead && dead_rows(search, b, live);
+      if (dead) left_out += N - live.size();
       const uint64_t kernels_began = clock_ns();
-      compute(pool.in, out, lists);
+      compute(pool.in, out, lists, dead ? &live : nullptr);
       kernels_ns += clock_ns() - kernels_began;
       for (size_t n = 0; n < N; ++n) pool.table[n * pool.T_table + g] = static_cast<int32_t>(n);
       for (size_t n = 0; n < N; ++n) {  // the engine's Candidates: the first m of each hypothesis', widened
@@ -580,11 +593,32 @@ class DecoderStep : Products {
       if (eos_forced) break;
     }
     loop_clock.calls += 1, loop_clock.steps += done_steps;
-    loop_clock.kernels_ns += kernels_ns, loop_clock.total_ns += clock_ns() - began;
+    loop_clock.kernels_ns += kernels_ns, loop_clock.total_ns += clock_ns() - began, loop_clock.dead_rows += left_out;
     return done_steps;
   }
 
  private:
+  // Below this a beam's score is search.py's _INITIAL_OTHER_BEAMS (-1e9, kept through a forced
+  // prefix): a beam no hypothesis has reached yet. A real score (a sum of log-probabilities over
+  // at most max_target_len tokens) is orders of magnitude above it.
+  static constexpr double kDeadScore = -5e8;
+  // The rows to compute when some are dead: per sentence its beams up to its last live one (the
+  // dead ones are its last beams: beams are in rank order). False when every row is live. Dead
+  // beams are never a parent under run_steps' condition; they stay dead through a forced prefix.
+  static bool dead_rows(const Step &search, int b, std::vector<int32_t> &live) {
+    const py::ssize_t K = search.k;
+    live.clear();
+    bool any = false;
+    for (py::ssize_t s = 0; s < b; ++s) {
+      py::ssize_t count = K;
+      // (At a sentence's last step its beams may finish, dead ones too: computed then.)
+      if (search.t(s) + 1 < search.max_len(s))
+        while (count > 1 && search.scores(s, count - 1) <= kDeadScore) --count;
+      any = any || count < K;
+      for (py::ssize_t k = 0; k < count; ++k) live.push_back(static_cast<int32_t>(s * K + k));
+    }
+    return any;
+  }
   struct Inputs {
     const int32_t *ids, *position;
     const int32_t *cache_rows;  // hypothesis n's ancestor row at time t: cache_rows[n * rows_stride + t]
@@ -708,29 +742,55 @@ class DecoderStep : Products {
     float *new_key, *new_value, *attention, *log_probs;
   };
 
-  void compute(const Inputs &in, const Outputs &out, const Lists &lists) const {
-    const Team::Step step(team_);  // counted while it runs; shares its products when no other step runs
+  // One step of rows [0, B K), or of ``live`` alone (ascending; per sentence its first beams,
+  // dead_rows): the other rows' K/V are not written, their top values are -inf and their attention
+  // zero. A row's values are the same computed with any other rows (each product's row is its
+  // own; the kernels' order is per row), so the live rows' bits are those of the whole step.
+  void compute(const Inputs &in, const Outputs &out, const Lists &lists, const std::vector<int32_t> *live = nullptr) const {
+    const Team::Step step(team_);
     const size_t B = in.B, K = in.K, R = in.R, S = in.S, N = B * K;
     const int d = d_, h = h_, dk = dk_, L = n_layers_;
     thread_local std::vector<float> x, y, qkv, mixed, tmp, hidden, logits, scores, probs, row;
     thread_local std::vector<const float *> k_rows, v_rows;
+    thread_local std::vector<int32_t> every;
+    if (live == nullptr) {
+      every.resize(N);
+      for (size_t n = 0; n < N; ++n) every[n] = static_cast<int32_t>(n);
+      live = &every;
+    }
+    const std::vector<int32_t> &rows_of = *live;  // computed row j is hypothesis rows_of[j]
+    const size_t M = rows_of.size();
+    if (M < N) {  // the rows left out: no candidate, no attention
+      for (size_t n = 0, j = 0; n < N; ++n) {
+        if (j < M && static_cast<size_t>(rows_of[j]) == n) {
+          ++j;
+          continue;
+        }
+        std::fill(out.top_values + n * candidates_, out.top_values + (n + 1) * candidates_, -std::numeric_limits<float>::infinity());
+        std::fill(out.top_ids + n * candidates_, out.top_ids + (n + 1) * candidates_, 0);
+      }
+    }
     size_t longest = 0;
     for (size_t b = 0; b < B; ++b) longest = std::max(longest, lists.times[b].size());
     k_rows.resize(longest + 1), v_rows.resize(longest + 1);
-    x.resize(N * d), y.resize(N * d), qkv.resize(N * 3 * d), mixed.resize(N * d), tmp.resize(N * d);
-    hidden.resize(N * d_ff_), logits.resize(N * vocab_), row.resize(vocab_);
+    x.resize(M * d), y.resize(M * d), qkv.resize(M * 3 * d), mixed.resize(M * d), tmp.resize(M * d);
+    hidden.resize(M * d_ff_), logits.resize(M * vocab_), row.resize(vocab_);
     scores.resize(longest + 1), probs.resize((K + 1) * S + 1);
     const std::vector<std::vector<int>> &times = lists.times, &sources = lists.sources;
     // Embedding: token row * scale + position row (+ LayerNorm).
-    for (size_t n = 0; n < N; ++n) embed(embed_, in.ids[n], in.position[n / K], d, x.data() + n * d);
-    first_input(first_norm_, x.data(), N, d, y.data());
+    for (size_t j = 0; j < M; ++j) {
+      const size_t n = rows_of[j];
+      embed(embed_, in.ids[n], in.position[n / K], d, x.data() + j * d);
+    }
+    first_input(first_norm_, x.data(), M, d, y.data());
     const size_t row_stride = static_cast<size_t>(L) * d;  // one (time, cache row) of the pool
     for (int i = 0; i < L; ++i) {
       const Layer &l = layers_[i];
       // Self-attention: Q (scaled), K, V of the new token in one product.
-      apply(l.qkv, y.data(), N, qkv.data(), step);
-      for (size_t n = 0; n < N; ++n) {
-        const float *q = qkv.data() + n * 3 * d, *k_new = q + d, *v_new = q + 2 * d;
+      apply(l.qkv, y.data(), M, qkv.data(), step);
+      for (size_t j = 0; j < M; ++j) {
+        const size_t n = rows_of[j];
+        const float *q = qkv.data() + j * 3 * d, *k_new = q + d, *v_new = q + 2 * d;
         std::memcpy(out.new_key + (n * L + i) * d, k_new, sizeof(float) * d);
         std::memcpy(out.new_value + (n * L + i) * d, v_new, sizeof(float) * d);
         const std::vector<int> &ts = times[n / K];
@@ -741,43 +801,50 @@ class DecoderStep : Products {
           k_rows[c] = in.past_key + at;
           v_rows[c] = in.past_value + at;
         }
-        k_.self_attention(q, k_rows.data(), v_rows.data(), count, k_new, v_new, h, dk, scores.data(), mixed.data() + n * d);
+        k_.self_attention(q, k_rows.data(), v_rows.data(), count, k_new, v_new, h, dk, scores.data(), mixed.data() + j * d);
       }
-      residual(mixed.data(), l.self_out, N, d, pre_norm_, x.data(), y.data(), l.self_norm, tmp, step);
+      residual(mixed.data(), l.self_out, M, d, pre_norm_, x.data(), y.data(), l.self_norm, tmp, step);
       // Cross-attention over the sentence's source (keys (h, d_k, S), values (h, S, d_k)).
-      apply(l.cross_q, y.data(), N, qkv.data(), step);
+      apply(l.cross_q, y.data(), M, qkv.data(), step);
       const bool aligning = out.attention && i == align_layer_;
-      for (size_t b = 0; b < B; ++b) {  // a sentence's hypotheses together (its source's keys read once)
+      for (size_t b = 0, j = 0; b < B; ++b) {  // a sentence's hypotheses together (its source's keys read once)
+        size_t count = 0;  // its computed rows: its first ``count`` beams
+        while (j + count < M && static_cast<size_t>(rows_of[j + count]) / K == b) ++count;
         float *align = aligning ? out.attention + b * K * S : nullptr;
         if (align) std::fill(align, align + K * S, 0.f);
-        k_.cross_attention(qkv.data() + b * K * d, static_cast<int>(K), in.memory_keys[i] + b * h * dk * S,
-                           in.memory_values[i] + b * h * S * dk, static_cast<int>(S), sources[b].data(),
-                           static_cast<int>(sources[b].size()), h, dk, probs.data(), mixed.data() + b * K * d, align);
+        if (count) {
+          k_.cross_attention(qkv.data() + j * d, static_cast<int>(count), in.memory_keys[i] + b * h * dk * S,
+                             in.memory_values[i] + b * h * S * dk, static_cast<int>(S), sources[b].data(),
+                             static_cast<int>(sources[b].size()), h, dk, probs.data(), mixed.data() + j * d, align);
+        }
+        j += count;
       }
-      residual(mixed.data(), l.cross_out, N, d, pre_norm_, x.data(), y.data(), l.cross_norm, tmp, step);
+      residual(mixed.data(), l.cross_out, M, d, pre_norm_, x.data(), y.data(), l.cross_norm, tmp, step);
       // Feed-forward.
-      apply(l.fc1, y.data(), N, hidden.data(), step);
-      activate(activation_, hidden.data(), N * d_ff_);
-      residual(hidden.data(), l.fc2, N, d, pre_norm_, x.data(), y.data(), l.ffn_norm, tmp, step);
+      apply(l.fc1, y.data(), M, hidden.data(), step);
+      activate(activation_, hidden.data(), M * d_ff_);
+      residual(hidden.data(), l.fc2, M, d, pre_norm_, x.data(), y.data(), l.ffn_norm, tmp, step);
     }
-    if (final_norm_) norm_rows(*final_norm_, y.data(), N, d, y.data());
-    apply(generator_, y.data(), N, logits.data(), step);
+    if (final_norm_) norm_rows(*final_norm_, y.data(), M, d, y.data());
+    apply(generator_, y.data(), M, logits.data(), step);
     // Each row's log-softmax and top-k; rows go to the step's threads when it shares (each chunk
     // its own scratch row where the full log-probs are not an output).
-    const int chunks = shares(step, N * vocab_, kShareWork, static_cast<int>(N));
+    const int chunks = shares(step, M * vocab_, kShareWork, static_cast<int>(M));
     row.resize(static_cast<size_t>(chunks) * vocab_);
     const float *all_logits = logits.data();
     float *scratch = row.data();
-    team_.parallel_for(step, chunks, [&, all_logits, scratch](int c) {
-      for (size_t n = c * N / chunks; n < (c + 1) * N / chunks; ++n) {
-        k_.log_softmax_top(all_logits + n * vocab_, logits_mask_, vocab_, candidates_,
+    const int32_t *hypothesis = rows_of.data();
+    team_.parallel_for(step, chunks, [&, all_logits, scratch, hypothesis](int c) {
+      for (size_t j = c * M / chunks; j < (c + 1) * M / chunks; ++j) {
+        const size_t n = hypothesis[j];
+        k_.log_softmax_top(all_logits + j * vocab_, logits_mask_, vocab_, candidates_,
                            out.log_probs ? out.log_probs + n * vocab_ : scratch + static_cast<size_t>(c) * vocab_,
                            out.top_values + n * candidates_, out.top_ids + n * candidates_);
       }
     });
   }
 
-  int d_, h_, dk_, n_layers_, vocab_, d_ff_, candidates_, activation_, align_layer_;
+  int d_, h_, dk_, n_layers_, vocab_, d_ff_, candidates_, activation_, align_layer_, finite_tokens_ = 0;
   bool pre_norm_, tied_;
   Embedding embed_;
   const float *logits_mask_ = nullptr;
@@ -988,11 +1055,16 @@ void register_decoder_step(py::module_ &module) {
         py::dict d;
         d["calls"] = loop_clock.calls.load(), d["steps"] = loop_clock.steps.load();
         d["kernels_ns"] = loop_clock.kernels_ns.load(), d["total_ns"] = loop_clock.total_ns.load();
-        if (reset) loop_clock.calls = 0, loop_clock.steps = 0, loop_clock.kernels_ns = 0, loop_clock.total_ns = 0;
+        d["dead_rows"] = loop_clock.dead_rows.load();
+        if (reset) {
+          loop_clock.calls = 0, loop_clock.steps = 0, loop_clock.kernels_ns = 0, loop_clock.total_ns = 0;
+          loop_clock.dead_rows = 0;
+        }
         return d;
       },
       py::arg("reset") = false,
-      "DecoderStep.run_steps' calls, steps and nanoseconds: in the decoder's kernels and in all (bench/step_profile.py).");
+      "DecoderStep.run_steps' calls, steps and nanoseconds (in the decoder's kernels and in all), and the dead "
+      "beams' rows it left out (bench/step_profile.py).");
   module.def("step_chunks_helped", [] { return Team::team().helped(); },
              "Chunks of decoder steps that helper threads ran since the module loaded.");
   py::class_<EncoderStep>(module, "EncoderStep",
