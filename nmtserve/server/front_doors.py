@@ -204,9 +204,10 @@ class PairRouterModel(_FrontDoor):
         for request in requests:
             sender = request.get_response_sender()
             try:
-                pair = choose_pair(self.pairs, _language(request, c.SOURCE_LANG), _language(request, c.TARGET_LANG))
+                given = stub.input_arrays(request)  # one pass, not a listing of the inputs per name
+                pair = choose_pair(self.pairs, _language(given, c.SOURCE_LANG), _language(given, c.TARGET_LANG))
                 inputs = [pb_utils.Tensor(t.name, np.array(value)) for t in c.TRANSLATE_INPUTS
-                          if (value := stub.input_array(request, t.name)) is not None]
+                          if (value := given.get(t.name)) is not None]
                 outputs = list(request.requested_output_names())
             except InputError as exc:
                 stub.send_final(sender, pb_utils.InferenceResponse(error=stub.error(str(exc))))
@@ -228,8 +229,8 @@ class PairRouterModel(_FrontDoor):
 
 
 
-def _language(request, name: str) -> str | None:
-    value = stub.input_array(request, name)
+def _language(given: dict[str, np.ndarray], name: str) -> str | None:
+    value = given.get(name)
     if value is None or value.size == 0:
         return None
     if value.size != 1:
