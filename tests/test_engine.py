@@ -560,3 +560,60 @@ def test_a_pool_grown_mid_run_keeps_what_was_written_and_touches_nothing_else(ti
     expected = [h for hyps in want for h in hyps]
     assert [h.tokens for h in flat] == [h.tokens for h in expected]
     assert [h.score for h in flat] == pytest.approx([h.score for h in expected], abs=1e-6)
+
+
+def test_one_encoder_batch_of_two_beam_widths_gives_each_group_its_own_memories(tiny):
+    """Sentences admitted together are encoded together and their memories written a group at a
+    time (``_Group.set_memories``): a beam-1 request of long sources and a beam-3 request of short
+    ones in one encoder batch (wider than the beam-3 group's memory), interleaved in it; each
+    sentence still gets exactly its reference decode, and the memories are laid out row by row."""
+    model, onnx_model = tiny
+    onnx_model.spec = dataclasses.replace(onnx_model.spec, max_target_len=24, max_batch=12)
+    engine = InflightBatcher(onnx_model, max_sentences=12, max_beam=4, pool_slack=64)
+    rng = np.random.default_rng(5)
+    long = [[*rng.integers(4, 61, size=int(rng.integers(40, 60))).tolist(), 2] for _ in range(4)]
+    short = [[*rng.integers(4, 61, size=int(rng.integers(2, 7))).tolist(), 2] for _ in range(5)]
+    wide, narrow = SearchOptions(beam_size=1, max_length=24), SearchOptions(beam_size=3, max_length=24)
+    encoded, written = [], []
+    real_encode, real_admit = onnx_model.encode, engine._admit
+
+    def encode(src_ids):
+        encoded.append(src_ids.shape)
+        return real_encode(src_ids)
+
+    def admit():
+        real_admit()
+        for beam, group in engine._groups.items():  # each row's memory is its own sentence's, encoded alone
+            for row, (request, i) in enumerate(group.members):
+                if (beam, request.sources[i][0], row) in written:
+                    continue
+                keys, _ = real_encode(np.array([request.sources[i]], np.int32))
+                n = len(request.sources[i])
+                np.testing.assert_allclose(group.keys[0][row, :, :, :n], keys[0][0, :, :, :n], rtol=0, atol=1e-5)
+                written.append((beam, request.sources[i][0], row))
+
+    onnx_model.encode, engine._admit = encode, admit
+    got = {}
+    done = threading.Event()
+    remaining = [2]
+
+    def keep(name):
+        def callback(results, error):
+            got[name] = error or results
+            remaining[0] -= 1
+            if not remaining[0]:
+                done.set()
+        return callback
+
+    engine.submit(long, wide, keep("long"))  # both queued before the loop starts: one admission
+    engine.submit(short, narrow, keep("short"))
+    engine.start()
+    try:
+        assert done.wait(60)
+    finally:
+        engine.stop()
+        onnx_model.encode = real_encode
+    assert encoded[0][0] == 9  # one encoder batch held both requests' sentences
+    assert tokens(got["long"]) == tokens(reference_decode(model, long, wide))
+    assert tokens(got["short"]) == tokens(reference_decode(model, short, narrow))
+    assert len(written) == 9

@@ -488,17 +488,26 @@ class BeamBatch:
         order = np.asarray(order, dtype=np.int64)
         moved = np.flatnonzero(order != np.arange(len(order)))
         if len(moved):
-            arrays = [getattr(self, name) for name in _ROW_ARRAYS]
+            arrays = self.row_arrays()
             if _native.module is not None:  # one call for every array
                 _native.module.move_rows(arrays, moved, order[moved])
             else:
                 for array in arrays:
                     array[moved] = array[order[moved]]  # the right side is a copy: overlaps are safe
-        rows = order.tolist()
+        self.keep_rows(order.tolist())
+
+    def row_arrays(self) -> list[np.ndarray]:
+        """Every per-row array (rows on the first axis): what ``reorder`` moves. The engine moves
+        them in the same call as its own rows, then calls ``keep_rows``."""
+        return [getattr(self, name) for name in _ROW_ARRAYS]
+
+    def keep_rows(self, rows: list[int]) -> None:
+        """``reorder``'s per-row lists and size, once ``row_arrays`` have moved: new row i is old
+        row ``rows[i]``."""
         self.options = [self.options[i] for i in rows]
         self.terms = [self.terms[i] for i in rows]
         self.progress = [self.progress[i] for i in rows]
-        self.size = len(order)
+        self.size = len(rows)
 
     def prefix(self, row: int, beam: int) -> list[int]:
         """Tokens generated so far by running beam ``beam`` of ``row``."""

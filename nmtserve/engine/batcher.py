@@ -431,10 +431,16 @@ class InflightBatcher:
                 log.exception("encoding %d sentences failed", len(part))
                 self._drop({r for r, _ in admitted}, exc)
                 return
-            for row, (request, i) in enumerate(admitted[lo : lo + chunk]):
-                group = self._group(request.options.beam_size, len(part[row]))
-                group.add(request, i, self.g, len(part[row]), [k_[row] for k_ in keys], [v_[row] for v_ in values],
-                          self._steps(request, i))
+            by_beam: dict[int, list[int]] = {}  # the chunk's sentences of each beam width, in order
+            for row, (request, _) in enumerate(admitted[lo : lo + chunk]):
+                by_beam.setdefault(request.options.beam_size, []).append(row)
+            for beam, rows in by_beam.items():
+                group = self._group(beam, max(len(part[row]) for row in rows))
+                first = group.size
+                for row in rows:
+                    request, i = admitted[lo + row]
+                    group.add(request, i, self.g, len(part[row]), steps=self._steps(request, i))
+                group.set_memories(first, rows, keys, values)
             del keys, values
         running = self.running
         self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], running)
@@ -473,11 +479,13 @@ class InflightBatcher:
         self.g -= lo
 
     def _group(self, beam: int, src_len: int) -> _Group:
-        """The group of a beam width, with memory wide enough for ``src_len`` source tokens."""
+        """The group of a beam width, with memory wide enough for ``src_len`` source tokens (a
+        memory wider than its rows need is narrowed by the next step's ``fit_width``)."""
         group = self._groups.get(beam)
         if group is None:
             group = self._groups[beam] = _Group(self, beam, src_len)
-        group.fit_width(src_len)
+        if src_len > group.width:
+            group.fit_width(src_len)
         return group
 
     def _drop_cancelled(self) -> None:
@@ -722,35 +730,54 @@ class _Group:
         if need > self.width or self.width > 2 * need:
             self._resize(self.capacity, need)
 
-    def add(self, request: _Request, index: int, start: int, src_len: int, keys: list, values: list,
-            steps: int | None = None) -> None:
-        """Append a sentence with its encoder outputs (per layer (h, d_k, S) / (h, S, d_k), S >= src_len),
-        to take at most ``steps`` steps."""
+    def add(self, request: _Request, index: int, start: int, src_len: int, keys: list | None = None,
+            values: list | None = None, steps: int | None = None) -> None:
+        """Append a sentence to take at most ``steps`` steps, with its encoder outputs (per layer
+        (h, d_k, S) / (h, S, d_k), S >= src_len), or without them: ``set_memories`` then writes
+        the memories of the sentences appended together, in one copy a layer."""
         if self.size == self.capacity:
             self._resize(min(2 * self.capacity, self.engine.max_sentences), self.width)
         row = self.size
         self.search.add(request.options, src_len, request.prefix(index), max_steps=steps,
                         constraints=request.terms(index))
         self.start[row], self.src_len[row] = start, src_len
-        for layer in range(self.spec.layers):
-            self.keys[layer][row, :, :, :src_len] = keys[layer][:, :, :src_len]
-            self.values[layer][row, :, :src_len] = values[layer][:, :src_len]
+        if keys is not None and values is not None:
+            for layer in range(self.spec.layers):
+                self.keys[layer][row, :, :, :src_len] = keys[layer][:, :, :src_len]
+                self.values[layer][row, :, :src_len] = values[layer][:, :src_len]
         self.members.append((request, index))
         self.rows_written = max(self.rows_written, self.size * self.k)
 
+    def set_memories(self, first: int, rows: list[int], keys: list, values: list) -> None:
+        """The memories of rows ``[first, first + len(rows))``: rows ``rows`` of an encoder batch's
+        outputs (per layer (B, h, d_k, S) / (B, h, S, d_k)), their first ``min(S, width)``
+        positions in one copy a layer. Past a source's length these are the encoder's outputs at
+        padding (finite; zeros from the compiled encoder), which no step reads: a row attends its
+        first ``src_len`` positions, all below the group's width (``_group``)."""
+        n, width = len(rows), min(keys[0].shape[-1], self.width)
+        if int(self.src_len[first : first + n].max()) > width:
+            raise ValueError(f"a source longer than its encoder batch or the memory ({width} positions)")
+        picked = slice(rows[0], rows[-1] + 1) if rows == list(range(rows[0], rows[-1] + 1)) else rows
+        for layer in range(self.spec.layers):
+            self.keys[layer][first : first + n, :, :, :width] = keys[layer][picked, :, :, :width]
+            self.values[layer][first : first + n, :, :width] = values[layer][picked, :, :width]
+
     def remove(self, rows: np.ndarray) -> None:
-        """Drop ``rows``: the last live rows move into their places (one copy per array)."""
+        """Drop ``rows``: the last live rows move into their places, the search's arrays and the
+        group's in one call (``move_rows``). Plain Python for the holes: a few rows of at most the
+        running batch, right after the compiled steps left numpy's code cold (session 28: the
+        numpy version of these lines took ~65 us a call there)."""
         b = self.size
-        gone = np.zeros(b, dtype=bool)
-        gone[np.asarray(rows, dtype=np.int64)] = True
-        n = b - int(np.count_nonzero(gone))
-        moved = np.flatnonzero(gone[:n])  # the holes below the new end, lowest first ...
-        src = np.flatnonzero(~gone[n:])[::-1] + n  # ... take the live rows past it, last first
-        order = np.arange(n, dtype=np.int64)
-        order[moved] = src
-        self.search.reorder(order)
-        if len(moved):
-            host: list[Any] = [self.start, self.src_len, self.table]
+        gone = set(np.asarray(rows, dtype=np.int64).tolist())
+        n = b - len(gone)
+        holes = [r for r in sorted(gone) if r < n]  # the holes below the new end, lowest first ...
+        tail = [r for r in range(b - 1, n - 1, -1) if r not in gone]  # ... take the live rows past it, last first
+        order = list(range(n))
+        for hole, row in zip(holes, tail, strict=True):
+            order[hole] = row
+        if holes:
+            moved, src = np.array(holes, dtype=np.int64), np.array(tail, dtype=np.int64)
+            host: list[Any] = [*self.search.row_arrays(), self.start, self.src_len, self.table]
             if self.arrays is HOST:  # the memories are host arrays too: one move of every row
                 host += [*self.keys, *self.values]
             if native.module is not None:
@@ -762,7 +789,8 @@ class _Group:
                 dev_moved, dev_src = self.arrays.asarray(moved), self.arrays.asarray(src)
                 for buf in (*self.keys, *self.values):
                     buf[dev_moved] = buf[dev_src]
-        self.members = [self.members[r] for r in order.tolist()]
+        self.search.keep_rows(order)
+        self.members = [self.members[r] for r in order]
 
     def shift(self, lo: int, g: int) -> None:
         """Move the live window ``[lo, g)`` of the pool (and the tables) to the front."""
