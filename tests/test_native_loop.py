@@ -104,6 +104,20 @@ def test_compiled_steps_give_the_step_by_step_paths_bits(demo_repository, demo_i
     lone, calls = _decode(runtime, [(src[-1:], SearchOptions(**four, length_penalty=0.6), {})], compiled=True)
     assert lone == [stepwise[-1]]
     assert sum(calls) > len(calls), calls  # a lone sentence: many steps a call
+    # Done sentences parked in the call (not computed, their rows untouched) until a third of the
+    # running batch is done or 4 steps passed: the same bits, in fewer calls.
+    from nmtserve.engine import batcher
+
+    monkeypatch.setattr(batcher, "PARK_SHARE", 3)
+    native.module.loop_clock(reset=True)
+    parked, parked_calls = _decode(runtime, requests, compiled=True, stagger=0.003)
+    assert parked == stepwise
+    assert native.module.loop_clock()["parked_rows"] > 0
+    monkeypatch.setattr(batcher, "PARK_SHARE", 1)  # every sentence waits for the whole batch, or 4 steps
+    native.module.loop_clock(reset=True)
+    parked, _ = _decode(runtime, requests, compiled=True)
+    assert parked == stepwise
+    assert native.module.loop_clock()["parked_rows"] > 0
 
 
 def test_compiled_steps_stop_for_a_queued_request_and_at_max_steps(demo_repository, demo_checkpoint, demo_sentences,

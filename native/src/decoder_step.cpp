@@ -49,9 +49,10 @@ using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>
 
 // Where run_steps' time goes (bench/step_profile.py): calls, steps, nanoseconds in the decoder's
 // kernels (compute) and in the whole loop (the rest: the search's step and the ancestor table),
-// and the dead beams' rows left out (dead_rows).
+// the dead beams' rows left out (dead_rows) and the parked sentences' (parked_rows: done, waiting to
+// be retired).
 struct LoopClock {
-  std::atomic<uint64_t> calls{0}, steps{0}, kernels_ns{0}, total_ns{0}, dead_rows{0};
+  std::atomic<uint64_t> calls{0}, steps{0}, kernels_ns{0}, total_ns{0}, dead_rows{0}, parked_rows{0};
 };
 LoopClock loop_clock;
 
@@ -516,22 +517,27 @@ class DecoderStep : Products {
   // each hypothesis' most attended source position first where ``attention``), then the ancestor
   // table follows the parents over [t_lo, g + 1): what the engine's Python does between steps, in
   // the same order on the same arrays, so the results are the same bits. Stops after a step where
-  // a row is done (the engine retires it), before the pool's last time (the engine compacts), after
+  // ``park`` sentences are done, or all, or ``park_steps`` steps after the first was done (the
+  // engine retires them; until then a done one is parked: not computed, its rows untouched; park
+  // 1: a step where one is done), before the pool's last time (the engine compacts), after
   // ``max_steps`` (cancellations are looked at between calls), before a step that needs every
   // token's log-probability (fairseq's last step, when ``full_steps``), and when ``interrupt[0]``
-  // is set (a request arrived: the engine admits it). At least one step; returns how many ran.
+  // is set (a request arrived: the engine admits it). At least one step (none where every row is
+  // done already); returns how many ran.
   // Touches no Python object while it runs: the other threads (the server's requests) run.
   int run_steps(Step &search, int b, int g, int t_lo, int max_steps, const py::array &interrupt, int64_t vocab,
                 py::array &pool_key, py::array &pool_value, py::array &table, const py::array &start,
                 const py::array &src_len, const std::vector<py::array> &memory_keys,
                 const std::vector<py::array> &memory_values, bool loops, bool confidence, bool want_attention,
-                bool full_steps) const {
+                bool full_steps, int park, int park_steps) const {
     const py::ssize_t K = search.k;
     if (search.tokens.dim1 != K || b > search.tokens.keep.shape(0) || b > search.t.keep.shape(0) ||
         b > search.parents.keep.shape(0)) {
       throw std::invalid_argument("native decoder steps: the search's arrays do not fit " + std::to_string(b) + " rows");
     }
     if (max_steps < 1 || t_lo < 0 || t_lo > g) throw std::invalid_argument("native decoder steps: max_steps >= 1, 0 <= t_lo <= g");
+    if (park < 1 || park_steps < 0) throw std::invalid_argument("native decoder steps: park >= 1, park_steps >= 0");
+
     const int32_t *flag = checked<int32_t>(interrupt, "interrupt", {1});
     Pool pool = pool_of(b, g, K, pool_key, pool_value, table, start, src_len, memory_keys, memory_values);
     for (py::ssize_t s = 0; s < b; ++s) {
@@ -553,7 +559,17 @@ class DecoderStep : Products {
     // live beams, as they do when the dead ones are computed (-1e9 + a log-probability).
     const bool skip_dead = static_cast<py::ssize_t>(candidates_) >= 2 * K + 1 && finite_tokens_ >= 2 * K + 1;
     std::vector<int32_t> live;
-    uint64_t left_out = 0;
+    // Sentences done in an earlier step of this call, waiting for the engine to retire them (until
+    // ``park`` of them are done, at most ``park_steps`` more steps): no row of theirs is computed,
+    // their search and ancestor rows are left as they were. The engine retires the same results
+    // as when it took each at once, in fewer round trips through Python.
+    std::vector<char> parked(static_cast<size_t>(b), 0);
+    int parked_count = 0, waited = 0;
+    for (py::ssize_t s = 0; s < b; ++s) {  // (the engine retires done ones before it calls: none)
+      if (search.done(s)) parked[s] = 1, ++parked_count;
+    }
+    if (parked_count == b) return 0;
+    uint64_t left_out = 0, parked_rows = 0;
     int done_steps = 0;
     py::gil_scoped_release release;
     const uint64_t began = clock_ns();
@@ -562,8 +578,11 @@ class DecoderStep : Products {
       Lists &lists = lists_for(b);
       step_inputs(pool, b, g, search.tokens.data, search.t.data, lists);
       out.new_key = pool.key + g * slice, out.new_value = pool.value + g * slice;
-      const bool dead = skip_dead && dead_rows(search, b, live);
-      if (dead) left_out += N - live.size();
+      const bool dead = live_rows(search, b, skip_dead, parked_count ? parked.data() : nullptr, live);
+      if (dead) {
+        parked_rows += static_cast<uint64_t>(parked_count) * K;
+        left_out += N - live.size() - static_cast<size_t>(parked_count) * K;
+      }
       const uint64_t kernels_began = clock_ns();
       compute(pool.in, out, lists, dead ? &live : nullptr);
       kernels_ns += clock_ns() - kernels_began;
@@ -581,19 +600,26 @@ class DecoderStep : Products {
         }
       }
       const int16_t *where = want_attention ? positions.data() : nullptr;
+      const char *waiting = parked_count ? parked.data() : nullptr;
+      search.parked = waiting;
       search.advance(b, values.data(), ids.data(), static_cast<py::ssize_t>(m), vocab, loops, where, confidence);
-      follow_parents_rows(pool.table, K, pool.T_table, search.parents.data, b, t_lo, g + 1, copy);
+      search.parked = nullptr;
+      follow_parents_rows(pool.table, K, pool.T_table, search.parents.data, b, t_lo, g + 1, copy, waiting);
       ++g, ++done_steps;
-      bool any_done = false;
-      for (py::ssize_t s = 0; s < b; ++s) any_done = any_done || search.done(s);
-      if (any_done || g + 1 >= pool.T || done_steps >= max_steps || __atomic_load_n(flag, __ATOMIC_ACQUIRE)) break;
+      if (parked_count) ++waited;
+      for (py::ssize_t s = 0; s < b; ++s) {
+        if (!parked[s] && search.done(s)) parked[s] = 1, ++parked_count;
+      }
+      const bool retire = parked_count && (parked_count >= park || parked_count == b || waited >= park_steps);
+      if (retire || g + 1 >= pool.T || done_steps >= max_steps || __atomic_load_n(flag, __ATOMIC_ACQUIRE)) break;
       bool eos_forced = false;  // search.BeamBatch.wants_log_probs
       for (py::ssize_t s = 0; full_steps && s < b; ++s)
-        eos_forced = eos_forced || (search.rule(s) == kFairseq && search.t(s) + 1 >= search.max_len(s));
+        eos_forced = eos_forced || (!parked[s] && search.rule(s) == kFairseq && search.t(s) + 1 >= search.max_len(s));
       if (eos_forced) break;
     }
     loop_clock.calls += 1, loop_clock.steps += done_steps;
     loop_clock.kernels_ns += kernels_ns, loop_clock.total_ns += clock_ns() - began, loop_clock.dead_rows += left_out;
+    loop_clock.parked_rows += parked_rows;
     return done_steps;
   }
 
@@ -602,18 +628,22 @@ class DecoderStep : Products {
   // prefix): a beam no hypothesis has reached yet. A real score (a sum of log-probabilities over
   // at most max_target_len tokens) is orders of magnitude above it.
   static constexpr double kDeadScore = -5e8;
-  // The rows to compute when some are dead: per sentence its beams up to its last live one (the
-  // dead ones are its last beams: beams are in rank order). False when every row is live. Dead
-  // beams are never a parent under run_steps' condition; they stay dead through a forced prefix.
-  static bool dead_rows(const Step &search, int b, std::vector<int32_t> &live) {
+  // The rows to compute when some are left out: per sentence its beams up to its last live one
+  // (dead ones are its last beams: beams are in rank order; where ``skip_dead``), none of a parked
+  // sentence's. False when every row is computed. Dead beams are never a parent under run_steps'
+  // condition; they stay dead through a forced prefix.
+  static bool live_rows(const Step &search, int b, bool skip_dead, const char *parked, std::vector<int32_t> &live) {
     const py::ssize_t K = search.k;
     live.clear();
     bool any = false;
     for (py::ssize_t s = 0; s < b; ++s) {
       py::ssize_t count = K;
-      // (At a sentence's last step its beams may finish, dead ones too: computed then.)
-      if (search.t(s) + 1 < search.max_len(s))
+      if (parked && parked[s]) {
+        count = 0;
+      } else if (skip_dead && search.t(s) + 1 < search.max_len(s)) {
+        // (At a sentence's last step its beams may finish, dead ones too: computed then.)
         while (count > 1 && search.scores(s, count - 1) <= kDeadScore) --count;
+      }
       any = any || count < K;
       for (py::ssize_t k = 0; k < count; ++k) live.push_back(static_cast<int32_t>(s * K + k));
     }
@@ -1055,10 +1085,10 @@ void register_decoder_step(py::module_ &module) {
         py::dict d;
         d["calls"] = loop_clock.calls.load(), d["steps"] = loop_clock.steps.load();
         d["kernels_ns"] = loop_clock.kernels_ns.load(), d["total_ns"] = loop_clock.total_ns.load();
-        d["dead_rows"] = loop_clock.dead_rows.load();
+        d["dead_rows"] = loop_clock.dead_rows.load(), d["parked_rows"] = loop_clock.parked_rows.load();
         if (reset) {
           loop_clock.calls = 0, loop_clock.steps = 0, loop_clock.kernels_ns = 0, loop_clock.total_ns = 0;
-          loop_clock.dead_rows = 0;
+          loop_clock.dead_rows = 0, loop_clock.parked_rows = 0;
         }
         return d;
       },
@@ -1090,10 +1120,12 @@ void register_decoder_step(py::module_ &module) {
       .def("run_steps", &DecoderStep::run_steps, py::arg("search"), py::arg("b"), py::arg("g"), py::arg("t_lo"),
            py::arg("max_steps"), py::arg("interrupt"), py::arg("vocab"), py::arg("pool_key"), py::arg("pool_value"),
            py::arg("table"), py::arg("start"), py::arg("src_len"), py::arg("memory_keys"), py::arg("memory_values"),
-           py::arg("loops"), py::arg("confidence"), py::arg("attention"), py::arg("full_steps"),
+           py::arg("loops"), py::arg("confidence"), py::arg("attention"), py::arg("full_steps"), py::arg("park") = 1,
+           py::arg("park_steps") = 0,
            "The engine's steps from pool time g with no Python between them: each run_pool's step, the search's "
-           "compiled step (a Step of the group's BeamBatch) and the ancestor table; stops after a step where a row "
-           "is done, before the pool's last time, after max_steps, or once interrupt[0] is set. Returns the steps run.");
+           "compiled step (a Step of the group's BeamBatch) and the ancestor table; stops once park sentences are "
+           "done (or all, or park_steps steps after the first was; done ones wait uncomputed), before the pool's "
+           "last time, after max_steps, or once interrupt[0] is set. Returns the steps run.");
 }
 
 }  // namespace nmtnative

@@ -123,6 +123,11 @@ struct Step {
     }
   }
 
+  // Rows a step leaves exactly as they are (DecoderStep::run_steps' parked sentences: done, waiting
+  // for the engine to retire them), or null: every row of [0, b) steps.
+  const char *parked = nullptr;
+  bool steps_row(py::ssize_t row) const { return parked == nullptr || !parked[row]; }
+
   // The length the penalty sees: generated tokens after the prompt; OpenNMT's counts the start token.
   int64_t counted(py::ssize_t row) const {
     return std::max<int64_t>(t(row) + 1 - prompt(row), 1) + (rule(row) == kOpenNMT ? 1 : 0);
@@ -169,6 +174,10 @@ struct Step {
     cands.resize(static_cast<size_t>(k * m));
     bool any = false;
     for (py::ssize_t row = 0; row < b; ++row) {
+      if (!steps_row(row)) {  // parked: nothing ranked, nothing finishes
+        std::fill_n(finishing.begin() + row * n, n, false);
+        continue;
+      }
       const int64_t step = t(row);
       const bool no_eos = step < min_len(row);  // below min_length EOS has probability 0
       const bool only_eos = rule(row) == kFairseq && step + 1 >= max_len(row);
@@ -216,6 +225,7 @@ struct Step {
   // sorted best first (stable) and the last dropped. Reads the beams before ``apply`` moves them.
   void finish(const int16_t *attention) {
     for (py::ssize_t row = 0; row < ranked_rows; ++row) {
+      if (!steps_row(row)) continue;
       const int64_t step = t(row), counted_length = counted(row);
       const double length_penalty = std::pow(static_cast<double>(counted_length), penalty(row));
       for (py::ssize_t j = 0; j < n; ++j) {
@@ -281,11 +291,13 @@ struct Step {
   void apply(const int16_t *attention, bool confidence) {
     const py::ssize_t b = ranked_rows;
     int64_t width = 0;  // reorder only the steps some row has taken (as the vectorized step)
-    for (py::ssize_t row = 0; row < b; ++row) width = std::max(width, t(row));
+    for (py::ssize_t row = 0; row < b; ++row)
+      if (steps_row(row)) width = std::max(width, t(row));
     seq_copy.resize(static_cast<size_t>(k * width));
     if (attention) aligned_copy.resize(static_cast<size_t>(k * width));
     if (confidence) cumulative_copy.resize(static_cast<size_t>(k * width));
     for (py::ssize_t row = 0; row < b; ++row) {
+      if (!steps_row(row)) continue;
       const int64_t step = t(row);
       py::ssize_t chosen = 0;
       for (py::ssize_t j = 0; j < n && chosen < k; ++j) {
@@ -334,12 +346,14 @@ struct Step {
 
 // The engine's ancestor table after a step (engine.batcher: ``_Group.table`` (capacity, K, time),
 // int32): rows [0, b) over times [lo, hi) follow their beams' parents (``BeamBatch.parents``,
-// (>= b, K)); ``copy`` is scratch.
+// (>= b, K)), but the ``parked`` ones (when given); ``copy`` is scratch.
 inline void follow_parents_rows(int32_t *table, py::ssize_t k, py::ssize_t time, const int64_t *parents,
-                                py::ssize_t b, py::ssize_t lo, py::ssize_t hi, std::vector<int32_t> &copy) {
+                                py::ssize_t b, py::ssize_t lo, py::ssize_t hi, std::vector<int32_t> &copy,
+                                const char *parked = nullptr) {
   const py::ssize_t width = hi - lo;
   copy.resize(static_cast<size_t>(k * width));
   for (py::ssize_t row = 0; row < b; ++row) {
+    if (parked && parked[row]) continue;
     int32_t *rows = table + row * k * time;
     for (py::ssize_t beam = 0; beam < k; ++beam) {
       std::copy_n(rows + parents[row * k + beam] * time + lo, width, &copy[beam * width]);

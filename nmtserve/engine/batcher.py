@@ -41,8 +41,9 @@ with terms (``submit(constraints=)``, per sentence like its target prefix) asks 
 
 With the compiled step (``pool_step``: the decoder on the group's own arrays) and one live beam
 width, whole runs of steps are one call (``pool_steps``, ``_steps_compiled``): the decoder, the
-search's compiled step and the ancestor table, with no Python and no GIL between steps, until a
-sentence is done, a request is queued (``_interrupt``), the pool's window ends or
+search's compiled step and the ancestor table, with no Python and no GIL between steps, until
+sentences are done (``park_after``: one, or an eighth of a large running batch, each waiting at most
+``PARK_STEPS`` steps, uncomputed), a request is queued (``_interrupt``), the pool's window ends or
 ``COMPILED_STEPS`` ran. It does what the per-step path does on the same arrays in the same order:
 the same bits (tests/test_native_loop.py).
 
@@ -100,6 +101,18 @@ ALIGNING_OUTPUTS = (*graphs.STEP_OUTPUTS, graphs.ATTENTION)
 # The most steps one compiled call runs (``InflightBatcher._steps_compiled``): cancellations are
 # looked at between calls, so a cancelled sentence costs at most this many more steps.
 COMPILED_STEPS = 32
+# A sentence done inside a compiled call waits there, parked (not computed, its rows untouched),
+# until 1/PARK_SHARE of the running batch is done too or PARK_STEPS more steps ran: one return to
+# Python retires several (each return costs ~0.3 ms of Python around the call at 64 x 4 rows,
+# session 28). A lone request's sentences are retired at once (fewer than PARK_SHARE rows).
+# NMTSERVE_PARK=0: each done sentence returns at once.
+PARK_SHARE = 8
+PARK_STEPS = 4
+
+
+def park_after(rows: int) -> int:
+    """How many done sentences a compiled call waits for among ``rows`` running ones."""
+    return max(1, rows // PARK_SHARE)
 
 
 def has_attention(runtime) -> bool:
@@ -254,6 +267,7 @@ class InflightBatcher:
         self.pool_steps: Callable[..., int] | None = (
             getattr(runtime, "pool_steps", None) if self.pool_step is not None and compiled_loop else None)
         self._interrupt = np.zeros(1, np.int32)  # set when a request is queued or the engine stops
+        self.park_steps = PARK_STEPS if os.environ.get("NMTSERVE_PARK", "1") != "0" else 0
         self.pool_time = 0  # steps the groups' cache pools hold (_reserve)
         self.g = 0  # global time of the next step
         self.pending: deque[_Request] = deque()
@@ -558,7 +572,8 @@ class InflightBatcher:
         steps = self.pool_steps(b=b, g=self.g, t_lo=int(group.start[:b].min()), max_steps=COMPILED_STEPS,
                                 interrupt=self._interrupt, vocab=self.spec.vocab, pool_key=group.past_key,
                                 pool_value=group.past_value, table=group.table, start=group.start,
-                                src_len=group.src_len, memory_keys=group.keys, memory_values=group.values, **search)
+                                src_len=group.src_len, memory_keys=group.keys, memory_values=group.values,
+                                park=park_after(b) if self.park_steps else 1, park_steps=self.park_steps, **search)
         self._retire_finished(beam, group)
         self.g += steps
         self.stats["steps"] += steps

@@ -363,16 +363,19 @@ class NativeDecoder:
     def run_steps(self, search, b: int, g: int, t_lo: int, max_steps: int, interrupt: np.ndarray, vocab: int,
                   pool_key: np.ndarray, pool_value: np.ndarray, table: np.ndarray, start: np.ndarray,
                   src_len: np.ndarray, memory_keys: Sequence[np.ndarray], memory_values: Sequence[np.ndarray],
-                  *, loops: bool, confidence: bool, attention: bool, full_steps: bool) -> int:
+                  *, loops: bool, confidence: bool, attention: bool, full_steps: bool, park: int = 1,
+                  park_steps: int = 0) -> int:
         """The engine's steps with no Python between them (``DecoderStep.run_steps``): from pool
         time ``g``, ``run_pool``'s step, the search's compiled step (``search``: the
         ``nmtserve_native.Step`` of the group's ``BeamBatch``) on the top 2K + 1 candidates, the
-        ancestor table over ``[t_lo, g + 1)``; until a row is done, the pool's last time,
-        ``max_steps``, a step needing every log-probability, or ``interrupt[0]`` set. Returns the
-        steps run (>= 1)."""
+        ancestor table over ``[t_lo, g + 1)``; until ``park`` rows are done (or all, or
+        ``park_steps`` steps after the first was: the done ones wait uncomputed), the pool's last
+        time, ``max_steps``, a step needing every log-probability, or ``interrupt[0]`` set.
+        Returns the steps run (>= 1)."""
         return self.step.run_steps(search, b, g, t_lo, max_steps, interrupt, vocab, pool_key, pool_value, table,
                                    start, src_len, list(memory_keys), list(memory_values), loops=loops,
-                                   confidence=confidence, attention=attention, full_steps=full_steps)
+                                   confidence=confidence, attention=attention, full_steps=full_steps,
+                                   park=park, park_steps=park_steps)
 
 
 class NativeEncoder:
