@@ -664,8 +664,10 @@ class BeamBatch:
         a row has a repetition control or terms, or this step needs every token's log-probability.
         The compiled steps stop by themselves before fairseq's full-vocabulary last step."""
         b = self.size
+        # (_full_steps and _controls stay False until a row asks for what they cover: a batch that
+        # never did answers without looking at its rows)
         if not (self.native and _native.module is not None) or self.wants_log_probs \
-                or self.constrained[:b].any() or len(self._controlled_rows()):
+                or (self._full_steps and self.constrained[:b].any()) or len(self._controlled_rows()):
             return None
         if self._native_step is None:
             self._native_step = _native.module.Step(self)
