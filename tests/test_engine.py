@@ -239,7 +239,10 @@ def test_a_long_source_joining_short_ones_widens_then_narrows_the_memory(tiny):
     assert max(widths) >= 71 and widths[-1] < 20  # widened for the long source, narrowed after
 
 
-def test_group_rows_follow_their_sentences_through_removal_growth_and_shrinking():
+@pytest.mark.parametrize("slotted", [False, True], ids=["rows", "slots"])
+def test_group_rows_follow_their_sentences_through_removal_growth_and_shrinking(slotted):
+    """Row by row (ONNX Runtime's feeds, a GPU) or through the memory slots (the compiled host
+    step): every row keeps its own sentence's memory, source length and table."""
     from types import SimpleNamespace
 
     from nmtserve.engine.batcher import _Group, _Request
@@ -248,7 +251,8 @@ def test_group_rows_follow_their_sentences_through_removal_growth_and_shrinking(
 
     spec = ModelSpec(layers=2, heads=2, d_k=3, vocab=10, max_positions=64, pad_id=0, bos_id=1, eos_id=2,
                      unk_id=3, max_source_len=64, max_target_len=20)
-    engine = SimpleNamespace(spec=spec, arrays=HOST, pool_time=30, max_sentences=8, _float=np.float32)
+    engine = SimpleNamespace(spec=spec, arrays=HOST, pool_time=30, max_sentences=8, _float=np.float32,
+                             pool_step=object() if slotted else None)
     rng = np.random.default_rng(0)
     memory = {}
 
@@ -265,9 +269,12 @@ def test_group_rows_follow_their_sentences_through_removal_growth_and_shrinking(
             keys, values = memory[id(request)]
             n = len(request.sources[0])
             assert group.src_len[row] == n and group.table[row, 0, 0] == group.start[row]
+            m = group.slot[row] if slotted else row
             for layer in range(2):
-                np.testing.assert_array_equal(group.keys[layer][row, :, :, :n], keys[layer])
-                np.testing.assert_array_equal(group.values[layer][row, :, :n], values[layer])
+                np.testing.assert_array_equal(group.keys[layer][m, :, :, :n], keys[layer])
+                np.testing.assert_array_equal(group.values[layer][m, :, :n], values[layer])
+        if slotted:  # a permutation: the live rows' slots, then the free ones
+            assert sorted(group.slot.tolist()) == list(range(group.capacity))
 
     group = _Group(engine, beam=1, src_len=5)
     for n in (3, 5, 2):
@@ -275,6 +282,8 @@ def test_group_rows_follow_their_sentences_through_removal_growth_and_shrinking(
     group.remove(np.array([0]))  # the last row moves into row 0
     assert [len(r.sources[0]) for r, _ in group.members] == [2, 5]
     check(group)
+    if slotted:
+        assert group.slot[:2].tolist() == [2, 1]  # the memories stayed where they were written
     add(group, 40)  # wider memory for a longer source
     assert group.width == 48
     check(group)
@@ -589,7 +598,8 @@ def test_one_encoder_batch_of_two_beam_widths_gives_each_group_its_own_memories(
                     continue
                 keys, _ = real_encode(np.array([request.sources[i]], np.int32))
                 n = len(request.sources[i])
-                np.testing.assert_allclose(group.keys[0][row, :, :, :n], keys[0][0, :, :, :n], rtol=0, atol=1e-5)
+                m = group.slot[row] if group.slotted else row
+                np.testing.assert_allclose(group.keys[0][m, :, :, :n], keys[0][0, :, :, :n], rtol=0, atol=1e-5)
                 written.append((beam, request.sources[i][0], row))
 
     onnx_model.encode, engine._admit = encode, admit

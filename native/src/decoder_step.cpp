@@ -494,13 +494,13 @@ class DecoderStep : Products {
   py::dict run_pool(int b, int g, const py::array &tokens, const py::array &steps, py::array &pool_key,
                     py::array &pool_value, py::array &table, const py::array &start, const py::array &src_len,
                     const std::vector<py::array> &memory_keys, const std::vector<py::array> &memory_values,
-                    bool want_attention, bool want_log_probs) const {
+                    bool want_attention, bool want_log_probs, const py::object &memory_rows) const {
     if (tokens.ndim() != 2) throw std::invalid_argument("native decoder step: tokens (b, K)");
     const py::ssize_t K = tokens.shape(1);
     if (b > tokens.shape(0) || b > steps.shape(0)) {
       throw std::invalid_argument("native decoder step: the search's arrays hold fewer than " + std::to_string(b) + " rows");
     }
-    Pool pool = pool_of(b, g, K, pool_key, pool_value, table, start, src_len, memory_keys, memory_values);
+    Pool pool = pool_of(b, g, K, pool_key, pool_value, table, start, src_len, memory_keys, memory_values, memory_rows);
     const int64_t *tok = checked<int64_t>(tokens, "tokens", {-1, K});
     const int64_t *t_of = checked<int64_t>(steps, "steps", {-1});
     Lists &lists = lists_for(b);
@@ -529,7 +529,7 @@ class DecoderStep : Products {
                 py::array &pool_key, py::array &pool_value, py::array &table, const py::array &start,
                 const py::array &src_len, const std::vector<py::array> &memory_keys,
                 const std::vector<py::array> &memory_values, bool loops, bool confidence, bool want_attention,
-                bool full_steps, int park, int park_steps) const {
+                bool full_steps, int park, int park_steps, const py::object &memory_rows) const {
     const py::ssize_t K = search.k;
     if (search.tokens.dim1 != K || b > search.tokens.keep.shape(0) || b > search.t.keep.shape(0) ||
         b > search.parents.keep.shape(0)) {
@@ -539,7 +539,7 @@ class DecoderStep : Products {
     if (park < 1 || park_steps < 0) throw std::invalid_argument("native decoder steps: park >= 1, park_steps >= 0");
 
     const int32_t *flag = checked<int32_t>(interrupt, "interrupt", {1});
-    Pool pool = pool_of(b, g, K, pool_key, pool_value, table, start, src_len, memory_keys, memory_values);
+    Pool pool = pool_of(b, g, K, pool_key, pool_value, table, start, src_len, memory_keys, memory_values, memory_rows);
     for (py::ssize_t s = 0; s < b; ++s) {
       if (pool.first[s] < t_lo) throw std::invalid_argument("native decoder steps: a sentence starts before t_lo");
     }
@@ -655,6 +655,7 @@ class DecoderStep : Products {
     size_t rows_stride;
     const float *past_key, *past_value;  // (time, R, L, h, d_k)
     std::vector<const float *> memory_keys, memory_values;  // per layer (B, h, d_k, S) / (B, h, S, d_k)
+    const int64_t *memory_row = nullptr;  // sentence s's memory is row memory_row[s] (null: row s)
     py::ssize_t B, K, R, S;
   };
   // Per sentence: the past times it attends and its source positions, in order.
@@ -678,7 +679,7 @@ class DecoderStep : Products {
   };
   Pool pool_of(int b, int g, py::ssize_t K, py::array &pool_key, py::array &pool_value, py::array &table,
                const py::array &start, const py::array &src_len, const std::vector<py::array> &memory_keys,
-               const std::vector<py::array> &memory_values) const {
+               const std::vector<py::array> &memory_values, const py::object &memory_rows) const {
     if (pool_key.ndim() != 5 || table.ndim() != 3 || memory_keys.empty() || memory_keys[0].ndim() != 4) {
       throw std::invalid_argument("native decoder step: tokens (b, K), pools (T, R, L, h, d_k), table (b, K, T), memories (b, h, d_k, S)");
     }
@@ -696,7 +697,20 @@ class DecoderStep : Products {
     p.value = mutable_checked<float>(pool_value, "pool_value", {p.T, p.R, n_layers_, h_, dk_});
     p.table = mutable_checked<int32_t>(table, "table", {rows, K, -1});
     p.T_table = table.shape(2);
-    memories(p.in, memory_keys, memory_values, rows, p.S);
+    const py::ssize_t memory_count = memory_keys[0].shape(0);
+    memories(p.in, memory_keys, memory_values, memory_count, p.S);
+    if (!memory_rows.is_none()) {  // the engine's slots: a sentence's memory stays where it was written
+      const py::array slots = py::reinterpret_borrow<py::array>(memory_rows);
+      p.in.memory_row = checked<int64_t>(slots, "memory_rows", {-1});
+      if (slots.shape(0) < b) throw std::invalid_argument("native decoder step: fewer memory rows than sentences");
+      for (py::ssize_t s = 0; s < b; ++s) {
+        if (p.in.memory_row[s] < 0 || p.in.memory_row[s] >= memory_count) {
+          throw std::invalid_argument("native decoder step: a memory row is out of range");
+        }
+      }
+    } else if (memory_count < b) {
+      throw std::invalid_argument("native decoder step: fewer memories than sentences");
+    }
     p.in.B = b, p.in.K = K, p.in.R = p.R, p.in.S = p.S;
     p.in.past_key = p.key, p.in.past_value = p.value;
     p.in.cache_rows = p.table, p.in.rows_stride = p.T_table;
@@ -843,8 +857,9 @@ class DecoderStep : Products {
         float *align = aligning ? out.attention + b * K * S : nullptr;
         if (align) std::fill(align, align + K * S, 0.f);
         if (count) {
-          k_.cross_attention(qkv.data() + j * d, static_cast<int>(count), in.memory_keys[i] + b * h * dk * S,
-                             in.memory_values[i] + b * h * S * dk, static_cast<int>(S), sources[b].data(),
+          const size_t mb = in.memory_row ? static_cast<size_t>(in.memory_row[b]) : b;
+          k_.cross_attention(qkv.data() + j * d, static_cast<int>(count), in.memory_keys[i] + mb * h * dk * S,
+                             in.memory_values[i] + mb * h * S * dk, static_cast<int>(S), sources[b].data(),
                              static_cast<int>(sources[b].size()), h, dk, probs.data(), mixed.data() + j * d, align);
         }
         j += count;
@@ -1115,13 +1130,15 @@ void register_decoder_step(py::module_ &module) {
       .def("run_pool", &DecoderStep::run_pool, py::arg("b"), py::arg("g"), py::arg("tokens"), py::arg("steps"),
            py::arg("pool_key"), py::arg("pool_value"), py::arg("table"), py::arg("start"), py::arg("src_len"),
            py::arg("memory_keys"), py::arg("memory_values"), py::arg("attention") = false, py::arg("log_probs") = false,
-           "The served engine's step on its own arrays: rows [0, b) at pool time g; the new K/V into the pool "
-           "and the table; returns top_log_probs, top_ids (and attention, log_probs when asked).")
+           py::arg("memory_rows") = py::none(),
+           "The served engine's step on its own arrays: rows [0, b) at pool time g (sentence s's memory at row "
+           "memory_rows[s], or s); the new K/V into the pool and the table; returns top_log_probs, top_ids (and "
+           "attention, log_probs when asked).")
       .def("run_steps", &DecoderStep::run_steps, py::arg("search"), py::arg("b"), py::arg("g"), py::arg("t_lo"),
            py::arg("max_steps"), py::arg("interrupt"), py::arg("vocab"), py::arg("pool_key"), py::arg("pool_value"),
            py::arg("table"), py::arg("start"), py::arg("src_len"), py::arg("memory_keys"), py::arg("memory_values"),
            py::arg("loops"), py::arg("confidence"), py::arg("attention"), py::arg("full_steps"), py::arg("park") = 1,
-           py::arg("park_steps") = 0,
+           py::arg("park_steps") = 0, py::arg("memory_rows") = py::none(),
            "The engine's steps from pool time g with no Python between them: each run_pool's step, the search's "
            "compiled step (a Step of the group's BeamBatch) and the ancestor table; stops once park sentences are "
            "done (or all, or park_steps steps after the first was; done ones wait uncomputed), before the pool's "

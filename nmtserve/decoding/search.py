@@ -514,19 +514,23 @@ class BeamBatch:
         return self.sequences[row, beam, : int(self.t[row])].tolist()
 
     def results(self, row: int) -> list[Hypothesis]:
-        """The row's best hypotheses; with constraints, those that met more of them first."""
-        return sorted(self._hypotheses(row), key=lambda h: (-(h.constraints_met or 0), -h.score)
-                      )[: self.options[row].num_hypotheses]
+        """The row's best hypotheses; with constraints, those that met more of them first. Only
+        those kept are made into ``Hypothesis`` objects (the pool holds K of them; a request
+        usually asks for one)."""
+        size = int(self.pool_size[row])
+        met, scores = self.fin_met[row].tolist(), self.fin_score[row].tolist()
+        slots = sorted(self.fin_order[row, :size].tolist(), key=lambda s: (-max(met[s], 0), -scores[s]))
+        return self._hypotheses(row, slots[: self.options[row].num_hypotheses])
 
-    def _hypotheses(self, row: int) -> list[Hypothesis]:
-        """The row's pool as ``Hypothesis`` objects, in its list order."""
+    def _hypotheses(self, row: int, slots: list[int] | None = None) -> list[Hypothesis]:
+        """The row's pool as ``Hypothesis`` objects, in its list order (or those of ``slots``)."""
         size = int(self.pool_size[row])
         if not size:
             return []
         lengths, flags, met = self.fin_len[row].tolist(), self.fin_flags[row].tolist(), self.fin_met[row].tolist()
         scores, sums = self.fin_score[row].tolist(), self.fin_sum[row].tolist()
         out = []
-        for slot in self.fin_order[row, :size].tolist():
+        for slot in self.fin_order[row, :size].tolist() if slots is None else slots:
             n = lengths[slot]
             logprobs = None
             if flags[slot] & _HAS_LOGPROBS:

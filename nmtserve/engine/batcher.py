@@ -546,7 +546,8 @@ class InflightBatcher:
                 b, search = group.size, group.search
                 out = self.pool_step(b, self.g, search.tokens, search.t, group.past_key, group.past_value, group.table,
                                      group.start, group.src_len, group.keys, group.values,
-                                     attention=graphs.ATTENTION in outputs, log_probs="log_probs" in outputs)
+                                     attention=graphs.ATTENTION in outputs, log_probs="log_probs" in outputs,
+                                     memory_rows=group.slot)
             else:
                 feeds = self._feeds(group, t_lo)
                 out = self.runtime.run_step(feeds) if outputs is graphs.STEP_OUTPUTS else self.runtime.run_step(feeds, outputs)
@@ -573,7 +574,8 @@ class InflightBatcher:
                                 interrupt=self._interrupt, vocab=self.spec.vocab, pool_key=group.past_key,
                                 pool_value=group.past_value, table=group.table, start=group.start,
                                 src_len=group.src_len, memory_keys=group.keys, memory_values=group.values,
-                                park=park_after(b) if self.park_steps else 1, park_steps=self.park_steps, **search)
+                                park=park_after(b) if self.park_steps else 1, park_steps=self.park_steps,
+                                memory_rows=group.slot, **search)
         self._retire_finished(beam, group)
         self.g += steps
         self.stats["steps"] += steps
@@ -683,6 +685,13 @@ class _Group:
         # of a pool (and its times from the engine's ``g`` on) holds nothing to keep, and a pool is
         # zeros never touched there (no memory), so copies and moves leave it out.
         self.rows_written = 0
+        # Where the compiled step runs on the host (``pool_step``) it reads each row's memory
+        # through ``slot`` (row r's memory is row slot[r] of keys / values; rows past the live ones
+        # hold the free slots): a sentence's memory stays where it was written and ``remove``
+        # moves a slot number instead of the memory (a demo row's is ~220 KB). Elsewhere (ONNX
+        # Runtime feeds, a GPU) row r's memory is row r and moves with it.
+        self.slotted = engine.pool_step is not None
+        self.slot = np.zeros(0, np.int64)
         self._resize(min(8, engine.max_sentences), self.width)
 
     @property
@@ -707,11 +716,13 @@ class _Group:
         keys = [self.arrays.zeros((capacity, spec.heads, spec.d_k, width), dtype) for _ in range(spec.layers)]
         values = [self.arrays.zeros((capacity, spec.heads, width, spec.d_k), dtype) for _ in range(spec.layers)]
         w = min(width, self.width)
+        kept = self.capacity if self.slotted else b  # slotted: live memories may be in any row
         for layer in range(len(self.keys)):
-            keys[layer][:b, :, :, :w] = self.keys[layer][:b, :, :, :w]
-            values[layer][:b, :, :w] = self.values[layer][:b, :, :w]
+            keys[layer][:kept, :, :, :w] = self.keys[layer][:kept, :, :, :w]
+            values[layer][:kept, :, :w] = self.values[layer][:kept, :, :w]
         self.keys, self.values, self.width = keys, values, width
-        if capacity != self.capacity:
+        if capacity != self.capacity:  # the new memory rows are free slots, after the old ones
+            self.slot = np.concatenate([self.slot[: self.capacity], np.arange(self.capacity, capacity, dtype=np.int64)])
             for name in ("start", "src_len", "table"):
                 old = getattr(self, name)
                 new = np.zeros((capacity, *old.shape[1:]), old.dtype)
@@ -757,9 +768,10 @@ class _Group:
                         constraints=request.terms(index))
         self.start[row], self.src_len[row] = start, src_len
         if keys is not None and values is not None:
+            m = int(self.slot[row]) if self.slotted else row
             for layer in range(self.spec.layers):
-                self.keys[layer][row, :, :, :src_len] = keys[layer][:, :, :src_len]
-                self.values[layer][row, :, :src_len] = values[layer][:, :src_len]
+                self.keys[layer][m, :, :, :src_len] = keys[layer][:, :, :src_len]
+                self.values[layer][m, :, :src_len] = values[layer][:, :src_len]
         self.members.append((request, index))
         self.rows_written = max(self.rows_written, self.size * self.k)
 
@@ -773,9 +785,10 @@ class _Group:
         if int(self.src_len[first : first + n].max()) > width:
             raise ValueError(f"a source longer than its encoder batch or the memory ({width} positions)")
         picked = slice(rows[0], rows[-1] + 1) if rows == list(range(rows[0], rows[-1] + 1)) else rows
+        to = self.slot[first : first + n] if self.slotted else slice(first, first + n)
         for layer in range(self.spec.layers):
-            self.keys[layer][first : first + n, :, :, :width] = keys[layer][picked, :, :, :width]
-            self.values[layer][first : first + n, :, :width] = values[layer][picked, :, :width]
+            self.keys[layer][to, :, :, :width] = keys[layer][picked, :, :, :width]
+            self.values[layer][to, :, :width] = values[layer][picked, :, :width]
 
     def remove(self, rows: np.ndarray) -> None:
         """Drop ``rows``: the last live rows move into their places, the search's arrays and the
@@ -790,10 +803,13 @@ class _Group:
         order = list(range(n))
         for hole, row in zip(holes, tail, strict=True):
             order[hole] = row
+        if self.slotted:  # the live rows' slots in their new order, then the freed ones
+            slots = self.slot[:b].tolist()
+            self.slot[:b] = [slots[r] for r in order] + [slots[r] for r in sorted(gone)]
         if holes:
             moved, src = np.array(holes, dtype=np.int64), np.array(tail, dtype=np.int64)
             host: list[Any] = [*self.search.row_arrays(), self.start, self.src_len, self.table]
-            if self.arrays is HOST:  # the memories are host arrays too: one move of every row
+            if self.arrays is HOST and not self.slotted:  # the memories are host arrays too: one move of every row
                 host += [*self.keys, *self.values]
             if native.module is not None:
                 native.module.move_rows(host, moved, src)

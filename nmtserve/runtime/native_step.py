@@ -348,23 +348,25 @@ class NativeDecoder:
     def run_pool(self, b: int, g: int, tokens: np.ndarray, steps: np.ndarray, pool_key: np.ndarray,
                  pool_value: np.ndarray, table: np.ndarray, start: np.ndarray, src_len: np.ndarray,
                  memory_keys: Sequence[np.ndarray], memory_values: Sequence[np.ndarray],
-                 attention: bool = False, log_probs: bool = False) -> dict:
+                 attention: bool = False, log_probs: bool = False, memory_rows: np.ndarray | None = None) -> dict:
         """The served engine's step on its own arrays, with no feeds built (``DecoderStep.run_pool``):
         rows ``[0, b)`` of a beam-width group (``tokens`` (>= b, K) and ``steps`` (>= b,) the search's,
         int64), each row's past the pool times ``[start, g)`` through ``table`` (rows, K, >= T) int32,
         its source the first ``src_len`` positions of ``memory_keys`` / ``memory_values`` (per layer
-        (rows, h, d_k, S) / (rows, h, S, d_k)). The step's K/V go into ``pool_key`` / ``pool_value``
+        (rows, h, d_k, S) / (rows, h, S, d_k)); sentence ``s``'s memory is row ``memory_rows[s]``
+        (int64) where given, else row ``s``. The step's K/V go into ``pool_key`` / ``pool_value``
         (T, >= b * K, L, h, d_k) at time ``g``, hypothesis ``n`` in row ``n``, and ``table[:b, :, g]``
         records it. Returns ``top_log_probs`` and ``top_ids`` (and ``attention``, ``log_probs`` when
         asked)."""
         return self.step.run_pool(b, g, tokens, steps, pool_key, pool_value, table, start, src_len,
-                                  list(memory_keys), list(memory_values), attention=attention, log_probs=log_probs)
+                                  list(memory_keys), list(memory_values), attention=attention, log_probs=log_probs,
+                                  memory_rows=memory_rows)
 
     def run_steps(self, search, b: int, g: int, t_lo: int, max_steps: int, interrupt: np.ndarray, vocab: int,
                   pool_key: np.ndarray, pool_value: np.ndarray, table: np.ndarray, start: np.ndarray,
                   src_len: np.ndarray, memory_keys: Sequence[np.ndarray], memory_values: Sequence[np.ndarray],
                   *, loops: bool, confidence: bool, attention: bool, full_steps: bool, park: int = 1,
-                  park_steps: int = 0) -> int:
+                  park_steps: int = 0, memory_rows: np.ndarray | None = None) -> int:
         """The engine's steps with no Python between them (``DecoderStep.run_steps``): from pool
         time ``g``, ``run_pool``'s step, the search's compiled step (``search``: the
         ``nmtserve_native.Step`` of the group's ``BeamBatch``) on the top 2K + 1 candidates, the
@@ -375,7 +377,7 @@ class NativeDecoder:
         return self.step.run_steps(search, b, g, t_lo, max_steps, interrupt, vocab, pool_key, pool_value, table,
                                    start, src_len, list(memory_keys), list(memory_values), loops=loops,
                                    confidence=confidence, attention=attention, full_steps=full_steps,
-                                   park=park, park_steps=park_steps)
+                                   park=park, park_steps=park_steps, memory_rows=memory_rows)
 
 
 class NativeEncoder:
