@@ -265,6 +265,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a multilingual model: the language it translates them into (fra_Latn, fr)")
     g.add_argument("--int8-keep-fp32", default="", metavar="GROUPS",
                    help="weights left in fp32, comma-separated: output (vocabulary projection), attention, ffn")
+    p.add_argument("--restrict-vocabulary", action="append", default=[], metavar="[LANG=]FILE",
+                   help="opt-in, repeatable: decode into a target language with only the tokens its text in FILE "
+                        "uses (one sentence a line; a multilingual model names the language: fra_Latn=corpus.fr). "
+                        "Faster where the vocabulary projection dominates (NLLB-200), and it changes translations: "
+                        "see docs/measurements.md. Applied by the compiled CPU decoder step; NMTSERVE_VOCABULARY=0 "
+                        "turns it off at serve time")
     g = p.add_argument_group("serving limits (0: none; over a queue limit the server answers UNAVAILABLE, retryable)")
     g.add_argument("--max-request-sentences", type=int, default=None,
                    help=f"sentences one request may hold (default {defaults.MAX_REQUEST_SENTENCES})")

@@ -252,7 +252,7 @@ def test_group_rows_follow_their_sentences_through_removal_growth_and_shrinking(
     spec = ModelSpec(layers=2, heads=2, d_k=3, vocab=10, max_positions=64, pad_id=0, bos_id=1, eos_id=2,
                      unk_id=3, max_source_len=64, max_target_len=20)
     engine = SimpleNamespace(spec=spec, arrays=HOST, pool_time=30, max_sentences=8, _float=np.float32,
-                             pool_step=object() if slotted else None)
+                             pool_step=object() if slotted else None, vocabularies=None)
     rng = np.random.default_rng(0)
     memory = {}
 

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -437,17 +438,84 @@ class DecoderStep : Products {
     logits_mask_ = w("logits_mask", {vocab_});
     for (int v = 0; v < vocab_; ++v) finite_tokens_ += std::isfinite(logits_mask_[v]) ? 1 : 0;
     if (in_generator) use_packed(embed_, generator_, d_);
+    if (config.contains("vocabularies")) {
+      for (const py::handle &ids : config["vocabularies"].cast<py::list>()) restrict_to(ids.cast<py::array>());
+    }
+  }
+
+  // A restricted vocabulary (nmtserve.runtime.vocabulary, CTranslate2's use_vmap): the projection
+  // onto its ids alone (their columns of the projection, packed on their own: each logit the same
+  // bits as the whole projection's), the mask and bias at its ids; a row restricted to it gets its
+  // log-softmax over these alone and its candidates among them.
+  struct Restriction {
+    std::vector<int32_t> ids;  // ascending: TopK's lower id first on equal values stays
+    Linear generator;
+    std::vector<float> mask, bias, scale;
+  };
+  void restrict_to(const py::array &array) {
+    if (array.ndim() != 1) fail("a vocabulary restriction is a list of token ids");
+    const py::ssize_t n = array.shape(0);
+    const int32_t *given = checked<int32_t>(array, "vocabulary", {n}, what_);
+    auto r = std::make_unique<Restriction>();
+    r->ids.assign(given, given + n);
+    int finite = 0;
+    for (py::ssize_t i = 0; i < n; ++i) {
+      if (given[i] < 0 || given[i] >= vocab_ || (i && given[i] <= given[i - 1])) {
+        fail("a vocabulary restriction's ids must be ascending, distinct and in [0, vocab)");
+      }
+      finite += std::isfinite(logits_mask_[given[i]]) ? 1 : 0;
+    }
+    if (finite < candidates_) {
+      fail("a vocabulary restriction of " + std::to_string(finite) + " allowed tokens is smaller than the step's " +
+           std::to_string(candidates_) + " candidates");
+    }
+    const int N = static_cast<int>(n), K = d_;
+    Linear &l = r->generator;
+    l.K = K, l.N = N;
+    if (generator_.w8) {  // the columns out of pack_int8's panels: (k, v) at panel v / P, quad k / 4
+      const int P = i8_.panel, quads = int8_quads(K, i8_.quad_align);
+      std::vector<int8_t> columns(static_cast<size_t>(K) * N);
+      for (int j = 0; j < N; ++j) {
+        const int v = r->ids[j];
+        const int8_t *column = generator_.w8 + (static_cast<size_t>(v / P) * P * quads + v % P) * 4;
+        for (int k = 0; k < K; ++k) columns[static_cast<size_t>(k) * N + j] = column[static_cast<size_t>(k / 4) * P * 4 + k % 4];
+      }
+      l.w8 = int8_pack(columns.data(), K, N, N, 1, l.colsum128);
+      for (int v : r->ids) r->scale.push_back(generator_.scale[v]);
+      l.scale = r->scale.data();
+    } else {  // pack_nn's panels: (k, v) at panel v / P, row k
+      const int P = k_.panel;
+      std::vector<float> columns(static_cast<size_t>(K) * N);
+      for (int j = 0; j < N; ++j) {
+        const int v = r->ids[j];
+        const float *panel = generator_.w + static_cast<size_t>(v / P) * P * K + v % P;
+        for (int k = 0; k < K; ++k) columns[static_cast<size_t>(k) * N + j] = panel[static_cast<size_t>(k) * P];
+      }
+      l.w = packed(columns.data(), K, N);
+    }
+    for (int v : r->ids) r->mask.push_back(logits_mask_[v]);
+    if (generator_.bias) {
+      for (int v : r->ids) r->bias.push_back(generator_.bias[v]);
+      l.bias = r->bias.data();
+    }
+    restrictions_.push_back(std::move(r));
   }
 
   // The tied int8 projection when the embedding reads its panels (an encoder's table to share), else null.
   const Linear *packed_table() const { return embed_.packed8 ? &generator_ : nullptr; }
+  std::vector<int> restriction_sizes() const {
+    std::vector<int> sizes;
+    for (const auto &r : restrictions_) sizes.push_back(static_cast<int>(r->ids.size()));
+    return sizes;
+  }
 
   using Products::kernels_name;
 
   py::dict run(const py::array &input_ids, const py::array &position, const py::array &past_key,
                const py::array &past_value, const py::array &cache_rows, const py::array &past_mask,
                const std::vector<py::array> &memory_keys, const std::vector<py::array> &memory_values,
-               const py::array &src_mask, bool want_attention, bool want_log_probs) const {
+               const py::array &src_mask, bool want_attention, bool want_log_probs,
+               const py::object &vocabularies_given) const {
     if (input_ids.ndim() != 2 || past_key.ndim() != 5 || src_mask.ndim() != 2) {
       throw std::invalid_argument("native decoder step: input_ids (B, K), past_key (T, R, L, h, d_k), src_mask (B, S)");
     }
@@ -464,6 +532,7 @@ class DecoderStep : Products {
     const bool *src = checked<bool>(src_mask, "src_mask", {B, S});
     memories(in, memory_keys, memory_values, B, S);
     in.B = B, in.K = K, in.R = R, in.S = S;
+    in.vocabulary = vocabularies(vocabularies_given, B);
     check_tokens(in);
     for (py::ssize_t i = 0; i < B * K * T; ++i) {
       if (in.cache_rows[i] < 0 || in.cache_rows[i] >= R) throw std::invalid_argument("native decoder step: a cache row is out of range");
@@ -494,13 +563,15 @@ class DecoderStep : Products {
   py::dict run_pool(int b, int g, const py::array &tokens, const py::array &steps, py::array &pool_key,
                     py::array &pool_value, py::array &table, const py::array &start, const py::array &src_len,
                     const std::vector<py::array> &memory_keys, const std::vector<py::array> &memory_values,
-                    bool want_attention, bool want_log_probs, const py::object &memory_rows) const {
+                    bool want_attention, bool want_log_probs, const py::object &memory_rows,
+                    const py::object &vocabularies_given) const {
     if (tokens.ndim() != 2) throw std::invalid_argument("native decoder step: tokens (b, K)");
     const py::ssize_t K = tokens.shape(1);
     if (b > tokens.shape(0) || b > steps.shape(0)) {
       throw std::invalid_argument("native decoder step: the search's arrays hold fewer than " + std::to_string(b) + " rows");
     }
     Pool pool = pool_of(b, g, K, pool_key, pool_value, table, start, src_len, memory_keys, memory_values, memory_rows);
+    pool.in.vocabulary = vocabularies(vocabularies_given, b);
     const int64_t *tok = checked<int64_t>(tokens, "tokens", {-1, K});
     const int64_t *t_of = checked<int64_t>(steps, "steps", {-1});
     Lists &lists = lists_for(b);
@@ -529,7 +600,8 @@ class DecoderStep : Products {
                 py::array &pool_key, py::array &pool_value, py::array &table, const py::array &start,
                 const py::array &src_len, const std::vector<py::array> &memory_keys,
                 const std::vector<py::array> &memory_values, bool loops, bool confidence, bool want_attention,
-                bool full_steps, int park, int park_steps, const py::object &memory_rows) const {
+                bool full_steps, int park, int park_steps, const py::object &memory_rows,
+                const py::object &vocabularies_given) const {
     const py::ssize_t K = search.k;
     if (search.tokens.dim1 != K || b > search.tokens.keep.shape(0) || b > search.t.keep.shape(0) ||
         b > search.parents.keep.shape(0)) {
@@ -540,6 +612,7 @@ class DecoderStep : Products {
 
     const int32_t *flag = checked<int32_t>(interrupt, "interrupt", {1});
     Pool pool = pool_of(b, g, K, pool_key, pool_value, table, start, src_len, memory_keys, memory_values, memory_rows);
+    pool.in.vocabulary = vocabularies(vocabularies_given, b);
     for (py::ssize_t s = 0; s < b; ++s) {
       if (pool.first[s] < t_lo) throw std::invalid_argument("native decoder steps: a sentence starts before t_lo");
     }
@@ -656,8 +729,22 @@ class DecoderStep : Products {
     const float *past_key, *past_value;  // (time, R, L, h, d_k)
     std::vector<const float *> memory_keys, memory_values;  // per layer (B, h, d_k, S) / (B, h, S, d_k)
     const int64_t *memory_row = nullptr;  // sentence s's memory is row memory_row[s] (null: row s)
+    const int32_t *vocabulary = nullptr;  // sentence s's restricted vocabulary (-1: none; null: none for any)
     py::ssize_t B, K, R, S;
   };
+  // The sentences' vocabularies (None: every one whole), checked: B values in [-1, restrictions).
+  const int32_t *vocabularies(const py::object &given, py::ssize_t B) const {
+    if (given.is_none()) return nullptr;
+    const py::array a = py::reinterpret_borrow<py::array>(given);
+    const int32_t *v = checked<int32_t>(a, "vocabularies", {-1});
+    if (a.shape(0) < B) throw std::invalid_argument("native decoder step: fewer vocabularies than sentences");
+    for (py::ssize_t s = 0; s < B; ++s) {
+      if (v[s] < -1 || v[s] >= static_cast<int32_t>(restrictions_.size())) {
+        throw std::invalid_argument("native decoder step: a vocabulary is out of range");
+      }
+    }
+    return v;
+  }
   // Per sentence: the past times it attends and its source positions, in order.
   struct Lists {
     std::vector<std::vector<int>> times, sources;
@@ -871,20 +958,57 @@ class DecoderStep : Products {
       residual(hidden.data(), l.fc2, M, d, pre_norm_, x.data(), y.data(), l.ffn_norm, tmp, step);
     }
     if (final_norm_) norm_rows(*final_norm_, y.data(), M, d, y.data());
-    apply(generator_, y.data(), M, logits.data(), step);
-    // Each row's log-softmax and top-k; rows go to the step's threads when it shares (each chunk
-    // its own scratch row where the full log-probs are not an output).
-    const int chunks = shares(step, M * vocab_, kShareWork, static_cast<int>(M));
-    row.resize(static_cast<size_t>(chunks) * vocab_);
+    if (!in.vocabulary) {
+      project(nullptr, y.data(), rows_of.data(), M, out, step, logits, row);
+      return;
+    }
+    // Rows by their sentence's vocabulary (-1: the whole one), each set gathered and projected.
+    thread_local std::vector<float> picked;
+    thread_local std::vector<int32_t> hypotheses;
+    for (int v = -1; v < static_cast<int>(restrictions_.size()); ++v) {
+      hypotheses.clear();
+      for (size_t j = 0; j < M; ++j) {
+        if (in.vocabulary[rows_of[j] / K] == v) hypotheses.push_back(rows_of[j]);
+      }
+      if (hypotheses.empty()) continue;
+      picked.resize(hypotheses.size() * d);
+      for (size_t i = 0, j = 0; j < M; ++j) {
+        if (in.vocabulary[rows_of[j] / K] == v) std::memcpy(picked.data() + i++ * d, y.data() + j * d, sizeof(float) * d);
+      }
+      project(v < 0 ? nullptr : restrictions_[v].get(), picked.data(), hypotheses.data(), hypotheses.size(), out, step,
+              logits, row);
+    }
+  }
+
+  // The projection of M rows y (M, d), hypotheses hyp[M], onto the whole vocabulary or ``r``'s:
+  // each row's log-softmax and top-k (candidates as token ids); rows go to the step's threads when
+  // it shares (each chunk its own scratch row where the full log-probs are not an output; a
+  // restricted row's full log-probs are -inf off its vocabulary).
+  void project(const Restriction *r, const float *y, const int32_t *hyp, size_t M, const Outputs &out,
+               const Team::Step &step, std::vector<float> &logits, std::vector<float> &row) const {
+    const Linear &gen = r ? r->generator : generator_;
+    const int V = gen.N;
+    const float *mask = r ? r->mask.data() : logits_mask_;
+    const int32_t *ids = r ? r->ids.data() : nullptr;
+    logits.resize(M * V);
+    apply(gen, y, M, logits.data(), step);
+    const int chunks = shares(step, M * V, kShareWork, static_cast<int>(M));
+    row.resize(static_cast<size_t>(chunks) * V);
     const float *all_logits = logits.data();
     float *scratch = row.data();
-    const int32_t *hypothesis = rows_of.data();
-    team_.parallel_for(step, chunks, [&, all_logits, scratch, hypothesis](int c) {
+    const int C = candidates_;
+    team_.parallel_for(step, chunks, [&, all_logits, scratch, hyp, mask, ids](int c) {
       for (size_t j = c * M / chunks; j < (c + 1) * M / chunks; ++j) {
-        const size_t n = hypothesis[j];
-        k_.log_softmax_top(all_logits + j * vocab_, logits_mask_, vocab_, candidates_,
-                           out.log_probs ? out.log_probs + n * vocab_ : scratch + static_cast<size_t>(c) * vocab_,
-                           out.top_values + n * candidates_, out.top_ids + n * candidates_);
+        const size_t n = hyp[j];
+        float *log_probs = out.log_probs && !ids ? out.log_probs + n * vocab_ : scratch + static_cast<size_t>(c) * V;
+        k_.log_softmax_top(all_logits + j * V, mask, V, C, log_probs, out.top_values + n * C, out.top_ids + n * C);
+        if (!ids) continue;
+        for (int i = 0; i < C; ++i) out.top_ids[n * C + i] = ids[out.top_ids[n * C + i]];
+        if (out.log_probs) {
+          float *full = out.log_probs + n * vocab_;
+          std::fill(full, full + vocab_, -std::numeric_limits<float>::infinity());
+          for (int i = 0; i < V; ++i) full[ids[i]] = log_probs[i];
+        }
       }
     });
   }
@@ -894,6 +1018,7 @@ class DecoderStep : Products {
   Embedding embed_;
   const float *logits_mask_ = nullptr;
   Linear generator_;
+  std::vector<std::unique_ptr<Restriction>> restrictions_;  // set at construction, read-only after
   std::optional<Norm> first_norm_, final_norm_;
   std::vector<Layer> layers_;
 };
@@ -1126,11 +1251,15 @@ void register_decoder_step(py::module_ &module) {
       .def("run", &DecoderStep::run, py::arg("input_ids"), py::arg("position"), py::arg("past_key"),
            py::arg("past_value"), py::arg("cache_rows"), py::arg("past_mask"), py::arg("memory_keys"),
            py::arg("memory_values"), py::arg("src_mask"), py::arg("attention") = false, py::arg("log_probs") = false,
-           "One step: the decoder graph's outputs by name (attention and log_probs when asked).")
+           py::arg("vocabularies") = py::none(),
+           "One step: the decoder graph's outputs by name (attention and log_probs when asked); sentence b's "
+           "candidates from restricted vocabulary vocabularies[b] (int32, -1: the whole) where given.")
+      .def_property_readonly("restrictions", [](const DecoderStep &s) { return s.restriction_sizes(); },
+                             "The sizes of the restricted vocabularies given at construction (config's vocabularies).")
       .def("run_pool", &DecoderStep::run_pool, py::arg("b"), py::arg("g"), py::arg("tokens"), py::arg("steps"),
            py::arg("pool_key"), py::arg("pool_value"), py::arg("table"), py::arg("start"), py::arg("src_len"),
            py::arg("memory_keys"), py::arg("memory_values"), py::arg("attention") = false, py::arg("log_probs") = false,
-           py::arg("memory_rows") = py::none(),
+           py::arg("memory_rows") = py::none(), py::arg("vocabularies") = py::none(),
            "The served engine's step on its own arrays: rows [0, b) at pool time g (sentence s's memory at row "
            "memory_rows[s], or s); the new K/V into the pool and the table; returns top_log_probs, top_ids (and "
            "attention, log_probs when asked).")
@@ -1138,7 +1267,7 @@ void register_decoder_step(py::module_ &module) {
            py::arg("max_steps"), py::arg("interrupt"), py::arg("vocab"), py::arg("pool_key"), py::arg("pool_value"),
            py::arg("table"), py::arg("start"), py::arg("src_len"), py::arg("memory_keys"), py::arg("memory_values"),
            py::arg("loops"), py::arg("confidence"), py::arg("attention"), py::arg("full_steps"), py::arg("park") = 1,
-           py::arg("park_steps") = 0, py::arg("memory_rows") = py::none(),
+           py::arg("park_steps") = 0, py::arg("memory_rows") = py::none(), py::arg("vocabularies") = py::none(),
            "The engine's steps from pool time g with no Python between them: each run_pool's step, the search's "
            "compiled step (a Step of the group's BeamBatch) and the ancestor table; stops once park sentences are "
            "done (or all, or park_steps steps after the first was; done ones wait uncomputed), before the pool's "

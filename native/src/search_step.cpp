@@ -137,7 +137,7 @@ void register_decoder_step(py::module_ &module);  // decoder_step.cpp
 
 PYBIND11_MODULE(nmtserve_native, module) {
   module.doc() = "nmtserve's compiled decode step: the beam search's ranking and bookkeeping (issue 49)";
-  module.attr("ABI") = 10;  // bumped when the interface changes: nmtserve.decoding.native refuses another
+  module.attr("ABI") = 11;  // bumped when the interface changes: nmtserve.decoding.native refuses another
   py::class_<Step>(module, "Step", "A BeamBatch's arrays, viewed once (a new one after the batch grows).")
       .def(py::init<const py::object &>(), py::arg("batch"));
   module.def("step", &step, py::arg("state"), py::arg("size"), py::arg("values"), py::arg("ids"), py::arg("vocab"),

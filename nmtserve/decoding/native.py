@@ -28,7 +28,7 @@ from types import ModuleType
 
 log = logging.getLogger(__name__)
 
-ABI = 10  # the nmtserve_native.ABI this module was written for
+ABI = 11  # the nmtserve_native.ABI this module was written for
 
 
 def _load() -> ModuleType | None:

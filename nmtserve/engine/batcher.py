@@ -266,6 +266,9 @@ class InflightBatcher:
         compiled_loop = os.environ.get("NMTSERVE_NATIVE_LOOP", "1") != "0"
         self.pool_steps: Callable[..., int] | None = (
             getattr(runtime, "pool_steps", None) if self.pool_step is not None and compiled_loop else None)
+        # The repository's restricted vocabularies (runtime/vocabulary.py; an export's opt-in) where
+        # the compiled host step applies them, else None: every sentence decodes with the whole vocabulary.
+        self.vocabularies = getattr(runtime, "vocabularies", None) if self.pool_step is not None else None
         self._interrupt = np.zeros(1, np.int32)  # set when a request is queued or the engine stops
         self.park_steps = PARK_STEPS if os.environ.get("NMTSERVE_PARK", "1") != "0" else 0
         self.pool_time = 0  # steps the groups' cache pools hold (_reserve)
@@ -547,7 +550,7 @@ class InflightBatcher:
                 out = self.pool_step(b, self.g, search.tokens, search.t, group.past_key, group.past_value, group.table,
                                      group.start, group.src_len, group.keys, group.values,
                                      attention=graphs.ATTENTION in outputs, log_probs="log_probs" in outputs,
-                                     memory_rows=group.slot)
+                                     memory_rows=group.slot, vocabularies=group.restricted())
             else:
                 feeds = self._feeds(group, t_lo)
                 out = self.runtime.run_step(feeds) if outputs is graphs.STEP_OUTPUTS else self.runtime.run_step(feeds, outputs)
@@ -575,7 +578,7 @@ class InflightBatcher:
                                 pool_value=group.past_value, table=group.table, start=group.start,
                                 src_len=group.src_len, memory_keys=group.keys, memory_values=group.values,
                                 park=park_after(b) if self.park_steps else 1, park_steps=self.park_steps,
-                                memory_rows=group.slot, **search)
+                                memory_rows=group.slot, vocabularies=group.restricted(), **search)
         self._retire_finished(beam, group)
         self.g += steps
         self.stats["steps"] += steps
@@ -676,6 +679,10 @@ class _Group:
                                 max_steps=engine.spec.max_target_len)
         self.start = np.zeros(0, np.int64)
         self.src_len = np.zeros(0, np.int64)
+        # Per row its restricted vocabulary (engine.vocabularies' index; -1: the whole one), and
+        # how many live rows have one (none: the step is given no vocabularies at all).
+        self.vocabulary = np.zeros(0, np.int32)
+        self.restricted_rows = 0
         self.table = np.zeros((0, beam, engine.pool_time), np.int32)
         self.keys: list = []
         self.values: list = []
@@ -701,6 +708,10 @@ class _Group:
     def requests(self) -> set[_Request]:
         return {r for r, _ in self.members}
 
+    def restricted(self) -> np.ndarray | None:
+        """The live rows' vocabularies for the step, or None where none is restricted."""
+        return self.vocabulary if self.restricted_rows else None
+
     def longest(self) -> int:
         """The most steps any live row may take, counted from its start."""
         return int(self.search.max_len[: self.size].max()) if self.size else 0
@@ -723,7 +734,7 @@ class _Group:
         self.keys, self.values, self.width = keys, values, width
         if capacity != self.capacity:  # the new memory rows are free slots, after the old ones
             self.slot = np.concatenate([self.slot[: self.capacity], np.arange(self.capacity, capacity, dtype=np.int64)])
-            for name in ("start", "src_len", "table"):
+            for name in ("start", "src_len", "vocabulary", "table"):
                 old = getattr(self, name)
                 new = np.zeros((capacity, *old.shape[1:]), old.dtype)
                 new[:b] = old[:b]
@@ -767,6 +778,9 @@ class _Group:
         self.search.add(request.options, src_len, request.prefix(index), max_steps=steps,
                         constraints=request.terms(index))
         self.start[row], self.src_len[row] = start, src_len
+        vocabularies = self.engine.vocabularies
+        self.vocabulary[row] = vocabularies.index(request.prefix(index).tokens) if vocabularies is not None else -1
+        self.restricted_rows += int(self.vocabulary[row] >= 0)
         if keys is not None and values is not None:
             m = int(self.slot[row]) if self.slotted else row
             for layer in range(self.spec.layers):
@@ -803,12 +817,14 @@ class _Group:
         order = list(range(n))
         for hole, row in zip(holes, tail, strict=True):
             order[hole] = row
+        if self.restricted_rows:
+            self.restricted_rows -= sum(int(self.vocabulary[r]) >= 0 for r in gone)
         if self.slotted:  # the live rows' slots in their new order, then the freed ones
             slots = self.slot[:b].tolist()
             self.slot[:b] = [slots[r] for r in order] + [slots[r] for r in sorted(gone)]
         if holes:
             moved, src = np.array(holes, dtype=np.int64), np.array(tail, dtype=np.int64)
-            host: list[Any] = [*self.search.row_arrays(), self.start, self.src_len, self.table]
+            host: list[Any] = [*self.search.row_arrays(), self.start, self.src_len, self.vocabulary, self.table]
             if self.arrays is HOST and not self.slotted:  # the memories are host arrays too: one move of every row
                 host += [*self.keys, *self.values]
             if native.module is not None:

@@ -12,6 +12,14 @@ from .pipeline import ExportError, ExportOptions, export
 LIMITS = ("max_request_sentences", "max_sentence_chars", "max_queued_sentences", "queue_timeout_s")
 
 
+def _restriction(given: str) -> tuple[str | None, Path]:
+    """--restrict-vocabulary's LANG=FILE or FILE (a file whose name holds "=" can be given as ./a=b)."""
+    language, sep, path = given.partition("=")
+    if not sep or "/" in language or Path(given).exists():
+        return None, Path(given)
+    return language, Path(path)
+
+
 def export_main(args: argparse.Namespace) -> int:
     opts = ExportOptions(
         repository=Path(args.repository), name=args.name, target=args.target, precision=args.precision,
@@ -24,6 +32,7 @@ def export_main(args: argparse.Namespace) -> int:
         int8_keep_fp32=tuple(k for k in args.int8_keep_fp32.split(",") if k.strip()),
         limits={name: getattr(args, name) for name in LIMITS if getattr(args, name) is not None},
         tokenizer=args.tokenizer,
+        restrict_vocabulary=tuple(_restriction(given) for given in args.restrict_vocabulary),
     )
     try:
         report = export(Path(args.checkpoint), opts)

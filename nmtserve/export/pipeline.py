@@ -20,8 +20,10 @@ import numpy as np
 from .. import contract, graphs
 from ..coverage import usual_length_ratio, usual_score_floor
 from ..decoding.search import SearchOptions
+from ..languages import LanguageError, resolve
 from ..model.checkpoint import Checkpoint, CheckpointError
 from ..model.tokenizer import tokenizer_files
+from ..runtime import vocabulary
 from ..runtime.onnxruntime import OnnxModel
 from ..runtime.spec import SPEC_FILE, ModelSpec, graph_sha256
 from . import markup, quality
@@ -81,6 +83,9 @@ class ExportOptions:
     gate_target_lang: str | None = None
     gate_sentences: int = quality.DEFAULT_GATE_SENTENCES
     int8_keep_fp32: tuple[str, ...] = ()  # nmtserve.export.quantize.KEEP_GROUPS left in fp32
+    # Opt-in restricted target vocabularies (runtime/vocabulary.py): (target language or None for a
+    # bilingual model's one, a file of that language's text), each tokenized into the repository.
+    restrict_vocabulary: tuple[tuple[str | None, Path], ...] = ()
     # Weights of a graph from this size on go to one external data file beside it (over 2 GB: must).
     external_data_bytes: int = EXTERNAL_DATA_BYTES
     # Serving limits written into the repository (RepositoryOptions; None: its defaults).
@@ -188,6 +193,42 @@ def _parity_sources(ckpt: Checkpoint, n: int, max_len: int) -> list[list[int]]:
     return [[*rng.integers(4, cfg.src_vocab_size, size=rng.integers(1, 30)).tolist(), cfg.eos_id] for _ in range(n)]
 
 
+def _restrictions(tokenizer, dims: graphs.Dims, eos_id: int, unk_id: int,
+                  opts: ExportOptions) -> list[vocabulary.Restriction]:
+    """``opts.restrict_vocabulary`` built: each file's lines tokenized with the model's target
+    tokenizer (a multilingual model's text pieces, with the language's token); ExportError names
+    what is wrong (checked before the slow stages)."""
+    codes = list(getattr(tokenizer, "languages", None) or ())
+    restrictions = []
+    for language, path in opts.restrict_vocabulary:
+        try:
+            lines = Path(path).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ExportError(f"--restrict-vocabulary: cannot read {path}: {exc}") from exc
+        try:
+            if codes:
+                if language is None:
+                    raise ValueError(f"this model is multilingual: name the target language ({codes[0]}={path})")
+                code = resolve(language, codes)
+                built = vocabulary.build(lines, tokenizer.encode_text, (eos_id, unk_id), dims.vocab, code,
+                                         tokenizer.language_id(code), Path(path).name)
+            else:
+                if language is not None:
+                    raise ValueError(f"this model has one target language: give the file alone ({path}), not "
+                                     f"{language}={path}")
+                built = vocabulary.build(lines, tokenizer.encode_target, (eos_id, unk_id), dims.vocab,
+                                         source=Path(path).name)
+        except (ValueError, LanguageError) as exc:
+            raise ExportError(f"--restrict-vocabulary: {exc}") from exc
+        if len(built.ids) < dims.candidates:
+            raise ExportError(f"--restrict-vocabulary: {path} uses {len(built.ids)} tokens, fewer than the decoder "
+                              f"step's {dims.candidates} candidates: give more of the language's text")
+        restrictions.append(built)
+    if len({r.language for r in restrictions}) != len(restrictions):
+        raise ExportError("--restrict-vocabulary: one file per target language")
+    return restrictions
+
+
 def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
     report = ExportReport(repository=opts.repository)
 
@@ -227,6 +268,8 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
     if opts.max_source_len > cfg.max_positions:
         raise ExportError(f"--max-source-len {opts.max_source_len} exceeds the model's {cfg.max_positions} positions")
     gate = _gate_set(ckpt, opts)
+    restrictions = (_restrictions(ckpt.tokenizer, dims_of(model, repo_opts.max_beam), cfg.eos_id, cfg.unk_id, opts)
+                    if opts.restrict_vocabulary else [])
     stage("load", t)
 
     with tempfile.TemporaryDirectory(prefix="nmtserve-export-") as tmp_name:
@@ -294,6 +337,10 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
 
         if built is None:  # written graphs are laid out as they are written
             spec = _lay_out_weights(artifacts, spec, tmp, opts.external_data_bytes)
+        if restrictions:  # after the gate: it measures the precision, not the restriction
+            artifacts[vocabulary.FILE] = vocabulary.save(tmp, restrictions)
+            report.notes += [f"vocabulary restricted for {r.language or 'the target language'}: {len(r.ids):,} of "
+                             f"{spec.vocab:,} tokens (from {r.lines:,} lines of {r.source})" for r in restrictions]
         t = time.monotonic()
         write_repository(opts.repository, d, artifacts, repo_opts)
         stage("write", t)

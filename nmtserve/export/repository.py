@@ -32,13 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import contract, defaults, graphs
+from ..runtime import vocabulary
 from ..runtime.spec import STEP_BACKENDS, ModelSpec
 from .quality import GATE_FILE, REPORT_FILE
 
 ARTIFACTS_MODEL = "generate"
 GRAPH_MODELS = ("encoder", "decoder")
 # Artifacts an export writes only sometimes: one left by an earlier export is removed.
-OPTIONAL_ARTIFACTS = (REPORT_FILE, GATE_FILE, "encoder.onnx.data", "decoder.onnx.data")
+OPTIONAL_ARTIFACTS = (REPORT_FILE, GATE_FILE, "encoder.onnx.data", "decoder.onnx.data", vocabulary.FILE)
 TARGETS = ("cpu", "gpu")
 DEFAULT_STEP_BACKEND = {"cpu": "inprocess", "gpu": "tensorrt"}
 # generate's plans on the gpu target: the ones Triton's TensorRT backend serves as encoder/decoder.

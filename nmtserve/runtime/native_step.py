@@ -48,6 +48,7 @@ import numpy as np
 
 from .. import graphs
 from ..decoding import native
+from . import vocabulary
 from .spec import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -325,7 +326,16 @@ class NativeDecoder:
         """``fp32_largest_d_model``: refuse an fp32 graph of a larger d_model (where ONNX Runtime is
         faster). ``share_table``: a tied int8 table held once, in the projection's panels (the
         embedding read from them; an encoder of the same table may read them too: ``table``)."""
-        read = functools.partial(read_cpu_decoder, share_table=share_table)
+        # The repository's restricted vocabularies (runtime/vocabulary.py: an export's opt-in), built into the step.
+        restrictions = vocabulary.load(Path(path).parent) if vocabulary.enabled() else []
+        self.vocabularies = vocabulary.Vocabularies(restrictions) if restrictions else None
+
+        def read(path: Path, spec: ModelSpec) -> tuple[dict, dict[str, np.ndarray]]:
+            config, weights = read_cpu_decoder(path, spec, share_table=share_table)
+            if self.vocabularies is not None:
+                config["vocabularies"] = self.vocabularies.arrays()
+            return config, weights
+
         self.step, config = _compiled_part("DecoderStep", read, path, spec, fp32_largest_d_model, "step",
                                            lambda config: spec.heads * spec.d_k)  # the spec's, as it always was
         # (identity of the table's codes, its rows' scales) when the panels hold the embedding, else None
@@ -334,7 +344,10 @@ class NativeDecoder:
         self.layers = spec.layers
         self.kernels = self.step.kernels
 
-    def run_step(self, feeds: dict, outputs: Sequence[str] = graphs.STEP_OUTPUTS) -> dict:
+    def run_step(self, feeds: dict, outputs: Sequence[str] = graphs.STEP_OUTPUTS,
+                 vocabularies: np.ndarray | None = None) -> dict:
+        """The decoder graph's outputs for ``feeds``; ``vocabularies`` (int32, per sentence): its
+        restricted vocabulary (``self.vocabularies``' index; -1: the whole), or None for none."""
         out = self.step.run(
             np.ascontiguousarray(feeds["input_ids"], dtype=np.int32), np.ascontiguousarray(feeds["position"], dtype=np.int32),
             np.ascontiguousarray(feeds["past_key"], dtype=np.float32), np.ascontiguousarray(feeds["past_value"], dtype=np.float32),
@@ -342,13 +355,14 @@ class NativeDecoder:
             [np.ascontiguousarray(feeds[graphs.memory_key(i)], dtype=np.float32) for i in range(self.layers)],
             [np.ascontiguousarray(feeds[graphs.memory_value(i)], dtype=np.float32) for i in range(self.layers)],
             np.ascontiguousarray(feeds["src_mask"], dtype=bool),
-            attention=graphs.ATTENTION in outputs, log_probs="log_probs" in outputs)
+            attention=graphs.ATTENTION in outputs, log_probs="log_probs" in outputs, vocabularies=vocabularies)
         return {name: out[name] for name in outputs}
 
     def run_pool(self, b: int, g: int, tokens: np.ndarray, steps: np.ndarray, pool_key: np.ndarray,
                  pool_value: np.ndarray, table: np.ndarray, start: np.ndarray, src_len: np.ndarray,
                  memory_keys: Sequence[np.ndarray], memory_values: Sequence[np.ndarray],
-                 attention: bool = False, log_probs: bool = False, memory_rows: np.ndarray | None = None) -> dict:
+                 attention: bool = False, log_probs: bool = False, memory_rows: np.ndarray | None = None,
+                 vocabularies: np.ndarray | None = None) -> dict:
         """The served engine's step on its own arrays, with no feeds built (``DecoderStep.run_pool``):
         rows ``[0, b)`` of a beam-width group (``tokens`` (>= b, K) and ``steps`` (>= b,) the search's,
         int64), each row's past the pool times ``[start, g)`` through ``table`` (rows, K, >= T) int32,
@@ -356,17 +370,19 @@ class NativeDecoder:
         (rows, h, d_k, S) / (rows, h, S, d_k)); sentence ``s``'s memory is row ``memory_rows[s]``
         (int64) where given, else row ``s``. The step's K/V go into ``pool_key`` / ``pool_value``
         (T, >= b * K, L, h, d_k) at time ``g``, hypothesis ``n`` in row ``n``, and ``table[:b, :, g]``
-        records it. Returns ``top_log_probs`` and ``top_ids`` (and ``attention``, ``log_probs`` when
-        asked)."""
+        records it. ``vocabularies`` (int32, >= b): sentence ``s``'s restricted vocabulary
+        (``self.vocabularies``' index; -1: the whole), or None for none. Returns ``top_log_probs``
+        and ``top_ids`` (and ``attention``, ``log_probs`` when asked)."""
         return self.step.run_pool(b, g, tokens, steps, pool_key, pool_value, table, start, src_len,
                                   list(memory_keys), list(memory_values), attention=attention, log_probs=log_probs,
-                                  memory_rows=memory_rows)
+                                  memory_rows=memory_rows, vocabularies=vocabularies)
 
     def run_steps(self, search, b: int, g: int, t_lo: int, max_steps: int, interrupt: np.ndarray, vocab: int,
                   pool_key: np.ndarray, pool_value: np.ndarray, table: np.ndarray, start: np.ndarray,
                   src_len: np.ndarray, memory_keys: Sequence[np.ndarray], memory_values: Sequence[np.ndarray],
                   *, loops: bool, confidence: bool, attention: bool, full_steps: bool, park: int = 1,
-                  park_steps: int = 0, memory_rows: np.ndarray | None = None) -> int:
+                  park_steps: int = 0, memory_rows: np.ndarray | None = None,
+                  vocabularies: np.ndarray | None = None) -> int:
         """The engine's steps with no Python between them (``DecoderStep.run_steps``): from pool
         time ``g``, ``run_pool``'s step, the search's compiled step (``search``: the
         ``nmtserve_native.Step`` of the group's ``BeamBatch``) on the top 2K + 1 candidates, the
@@ -377,7 +393,8 @@ class NativeDecoder:
         return self.step.run_steps(search, b, g, t_lo, max_steps, interrupt, vocab, pool_key, pool_value, table,
                                    start, src_len, list(memory_keys), list(memory_values), loops=loops,
                                    confidence=confidence, attention=attention, full_steps=full_steps,
-                                   park=park, park_steps=park_steps, memory_rows=memory_rows)
+                                   park=park, park_steps=park_steps, memory_rows=memory_rows,
+                                   vocabularies=vocabularies)
 
 
 class NativeEncoder:

@@ -25,7 +25,7 @@ import numpy as np
 import onnxruntime as ort
 
 from .. import graphs
-from . import native_step
+from . import native_step, vocabulary
 from .arrays import HOST, ArrayBackend
 from .lockstep import LockstepModel, step_model
 from .spec import ModelSpec
@@ -194,6 +194,11 @@ class OnnxModel:
         # ... and its steps with no Python between them (the search's compiled step in the loop).
         self.pool_steps = self.native_step.run_steps if self.native_step is not None else None
         self._decoder = None if self.native_step else self._new_session(self._decoder_path)
+        # The export's restricted vocabularies (runtime/vocabulary.py), applied by the compiled step alone.
+        self.vocabularies = self.native_step.vocabularies if self.native_step is not None else None
+        if self.vocabularies is None and vocabulary.enabled() and (Path(decoder).parent / vocabulary.FILE).exists():
+            log.warning("this repository restricts target vocabularies (%s), which only the compiled CPU decoder "
+                        "step applies: this runtime decodes with the whole vocabulary", vocabulary.FILE)
         release_mapped_weights((encoder, decoder))
         dims = spec.dims
         self._enc_out = [t.name for t in graphs.encoder_outputs(dims)]
