@@ -196,7 +196,10 @@ class OnnxModel:
         self._decoder = None if self.native_step else self._new_session(self._decoder_path)
         # The export's restricted vocabularies (runtime/vocabulary.py), applied by the compiled step alone.
         self.vocabularies = self.native_step.vocabularies if self.native_step is not None else None
-        if self.vocabularies is None and vocabulary.enabled() and (Path(decoder).parent / vocabulary.FILE).exists():
+        if self.vocabularies is not None:
+            log.info("restricted target vocabularies (%s, an export's opt-in; %s=0 turns them off): %s",
+                     vocabulary.FILE, vocabulary.ENV, self.vocabularies.describe())
+        elif self.vocabularies is None and vocabulary.enabled() and (Path(decoder).parent / vocabulary.FILE).exists():
             log.warning("this repository restricts target vocabularies (%s), which only the compiled CPU decoder "
                         "step applies: this runtime decodes with the whole vocabulary", vocabulary.FILE)
         release_mapped_weights((encoder, decoder))
