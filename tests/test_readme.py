@@ -44,6 +44,8 @@ ELSEWHERE = {
                                             "test_the_glossary_curl_examples_answer_as_shown (docs/gateway.md)",
     "nmtserve export CHECKPOINT_DIR --repository": "every served test exports through the CLI (conftest.demo_repository)",
     "nmtserve export CHECKPOINT_DIR --precision int8": "tests/test_quality.py",
+    "nmtserve export CHECKPOINT --repository REPO --precision int8 --restrict-vocabulary": (
+        "tests/test_vocabulary.py (the option's bilingual and multilingual forms, through the export's options)"),
     "bash scripts/bench.sh": "a benchmark of ~15 minutes (bench/, not a test)",
     "docker build -f docker/Dockerfile.cpu": "tests/test_containers.py (built and run under podman: "
                                              "scripts/container-check.sh)",

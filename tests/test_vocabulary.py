@@ -215,3 +215,14 @@ def test_a_multilingual_export_restricts_each_named_target_language(tmp_path):
     # (the whole vocabulary's French does leave the set: the restriction did something)
     assert any(set(hyps[0].tokens[1:]) - allowed for hyps in outputs["0"][0])
     assert [h[0].tokens for h in outputs["1"][1]] == [h[0].tokens for h in outputs["0"][1]]  # German: unrestricted
+
+
+def test_the_cli_reads_a_language_and_a_file(tmp_path):
+    from nmtserve.export.cli import _restriction
+
+    assert _restriction("fra_Latn=corpus.fr") == ("fra_Latn", Path("corpus.fr"))
+    assert _restriction("corpus.fr") == (None, Path("corpus.fr"))
+    assert _restriction("./odd=name.txt") == (None, Path("./odd=name.txt"))  # a path: no language
+    odd = tmp_path / "x=y.txt"
+    odd.write_text("un\n", encoding="utf-8")
+    assert _restriction(str(odd)) == (None, odd)
