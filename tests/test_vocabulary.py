@@ -226,3 +226,55 @@ def test_the_cli_reads_a_language_and_a_file(tmp_path):
     odd = tmp_path / "x=y.txt"
     odd.write_text("un\n", encoding="utf-8")
     assert _restriction(str(odd)) == (None, odd)
+
+
+@pytest.mark.server
+def test_a_served_repository_applies_its_restriction_and_the_switch_turns_it_off(tmp_path, demo_int8_repository):
+    """The real tritonserver on a restricted copy of the demo's int8 repository: its translations are
+    the in-process restricted engine's, and with NMTSERVE_VOCABULARY=0 the whole vocabulary's."""
+    import tritonclient.grpc as grpcclient
+
+    from nmtserve.engine import InflightBatcher
+    from nmtserve.model.tokenizer import load_tokenizer
+    from nmtserve.runtime.onnxruntime import OnnxModel
+    from nmtserve.runtime.spec import ModelSpec
+    from nmtserve.server.launcher import ServerConfig, TritonServer
+
+    repo = tmp_path / "repo"
+    shutil.copytree(demo_int8_repository, repo)
+    art = repo / "generate" / "1"
+    spec = ModelSpec.load(art / "model.json")
+    tok = load_tokenizer(art, spec)
+    french = (DEMO / "valid.fr").read_text(encoding="utf-8").splitlines()[:60]  # a small set: translations move
+    vocabulary.save(art, [vocabulary.build(french, tok.encode_target, (spec.eos_id, spec.unk_id), spec.vocab)])
+    texts = (DEMO / "test.en").read_text(encoding="utf-8").splitlines()[:48]
+    expected = {}
+    for setting in ("1", "0"):
+        os.environ[vocabulary.ENV] = setting
+        try:
+            model = OnnxModel(art / "encoder.onnx", art / "decoder.onnx", spec, threads=1)
+        finally:
+            del os.environ[vocabulary.ENV]
+        engine = InflightBatcher(model, max_sentences=32, max_beam=8).start()
+        try:
+            results = engine.translate([tok.encode(t) for t in texts], spec.search_options(), timeout=120)
+        finally:
+            engine.stop()
+        expected[setting] = [tok.decode(r[0].tokens) for r in results]
+    assert expected["1"] != expected["0"]  # this set changes some translations
+    for setting in ("1", "0"):
+        os.environ[vocabulary.ENV] = setting
+        try:
+            server = TritonServer(ServerConfig.on_free_ports(repo))
+            server.start()
+        finally:
+            del os.environ[vocabulary.ENV]
+        try:
+            server.wait_until_ready(120)
+            client = grpcclient.InferenceServerClient(server.urls.grpc_address)
+            text = grpcclient.InferInput("TEXT", [len(texts)], "BYTES")
+            text.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=np.object_))
+            got = [t.decode() for t in client.infer("translate", [text]).as_numpy("TRANSLATION").tolist()]
+        finally:
+            server.stop()
+        assert got == expected[setting], setting
