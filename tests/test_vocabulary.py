@@ -154,6 +154,8 @@ def test_the_export_writes_a_restriction_and_refuses_a_wrong_one(tmp_path):
         export(DEMO, ExportOptions(**base, restrict_vocabulary=(("fr", corpus),)))
     with pytest.raises(ExportError, match="fewer than the decoder step's"):
         export(DEMO, ExportOptions(**base, restrict_vocabulary=((None, small),)))
+    with pytest.raises(ExportError, match="compiled CPU decoder step"):
+        export(DEMO, ExportOptions(**base, target="gpu", restrict_vocabulary=((None, corpus),)))
     with pytest.raises(ExportError, match="cannot read"):
         export(DEMO, ExportOptions(**base, restrict_vocabulary=((None, tmp_path / "missing.fr"),)))
     assert not repo.exists()  # refused before anything was written

@@ -24,6 +24,7 @@ from ..languages import LanguageError, resolve
 from ..model.checkpoint import Checkpoint, CheckpointError
 from ..model.tokenizer import tokenizer_files
 from ..runtime import vocabulary
+from ..runtime.native_step import FP32_LARGEST_D_MODEL
 from ..runtime.onnxruntime import OnnxModel
 from ..runtime.spec import SPEC_FILE, ModelSpec, graph_sha256
 from . import markup, quality
@@ -110,6 +111,9 @@ class ExportOptions:
         if self.gate_sentences < 1:
             raise ValueError(f"--gate-sentences must be >= 1, got {self.gate_sentences}")
         parse_keep(self.int8_keep_fp32)
+        if self.restrict_vocabulary and (self.target != "cpu" or self.decoder_graph == "portable"):
+            raise ValueError("--restrict-vocabulary is applied by the compiled CPU decoder step, which serves the "
+                             "fused graph of --target cpu (a GPU's TensorRT plans decode the whole vocabulary)")
 
 
 @dataclass
@@ -226,6 +230,10 @@ def _restrictions(tokenizer, dims: graphs.Dims, eos_id: int, unk_id: int,
         restrictions.append(built)
     if len({r.language for r in restrictions}) != len(restrictions):
         raise ExportError("--restrict-vocabulary: one file per target language")
+    width = dims.heads * dims.d_k
+    if opts.precision == "fp32" and width > FP32_LARGEST_D_MODEL:
+        log.warning("--restrict-vocabulary: at d_model %d an fp32 export is served by ONNX Runtime, which decodes the "
+                    "whole vocabulary; the restriction applies with --precision int8 (or NMTSERVE_NATIVE_STEP=1)", width)
     return restrictions
 
 
