@@ -85,6 +85,17 @@ def test_a_restriction_smaller_than_the_candidates_or_unordered_is_refused(tmp_p
         del os.environ[vocabulary.ENV]
 
 
+def _served_model(art: Path, spec, setting: str):
+    """The export folder's OnnxModel loaded with NMTSERVE_VOCABULARY=setting."""
+    from nmtserve.runtime.onnxruntime import OnnxModel
+
+    os.environ[vocabulary.ENV] = setting
+    try:
+        return OnnxModel(art / "encoder.onnx", art / "decoder.onnx", spec, threads=1)
+    finally:
+        del os.environ[vocabulary.ENV]
+
+
 def _restricted_demo(folder: Path, repository: Path) -> tuple[list[Restriction], Path]:
     """The demo's int8 artifacts with three restrictions: its French text's tokens (no language:
     every sentence without a language token), and two made-up "languages" keyed by tokens that a
@@ -175,7 +186,6 @@ def test_a_multilingual_export_restricts_each_named_target_language(tmp_path):
     from nmtserve.engine import InflightBatcher
     from nmtserve.export.pipeline import ExportError, ExportOptions, export
     from nmtserve.model.tokenizer import load_tokenizer
-    from nmtserve.runtime.onnxruntime import OnnxModel
     from nmtserve.runtime.spec import ModelSpec
     from tests.test_multilingual import build_checkpoint
 
@@ -199,11 +209,7 @@ def test_a_multilingual_export_restricts_each_named_target_language(tmp_path):
     options = SearchOptions(beam_size=4)
     outputs = {}
     for setting in ("1", "0"):
-        os.environ[vocabulary.ENV] = setting
-        try:
-            model = OnnxModel(art / "encoder.onnx", art / "decoder.onnx", spec, threads=1)
-        finally:
-            del os.environ[vocabulary.ENV]
+        model = _served_model(art, spec, setting)
         assert (model.vocabularies is not None) == (setting == "1")
         engine = InflightBatcher(model, max_sentences=16, max_beam=4).start()
         try:
@@ -238,7 +244,6 @@ def test_a_served_repository_applies_its_restriction_and_the_switch_turns_it_off
 
     from nmtserve.engine import InflightBatcher
     from nmtserve.model.tokenizer import load_tokenizer
-    from nmtserve.runtime.onnxruntime import OnnxModel
     from nmtserve.runtime.spec import ModelSpec
     from nmtserve.server.launcher import ServerConfig, TritonServer
 
@@ -252,12 +257,7 @@ def test_a_served_repository_applies_its_restriction_and_the_switch_turns_it_off
     texts = (DEMO / "test.en").read_text(encoding="utf-8").splitlines()[:48]
     expected = {}
     for setting in ("1", "0"):
-        os.environ[vocabulary.ENV] = setting
-        try:
-            model = OnnxModel(art / "encoder.onnx", art / "decoder.onnx", spec, threads=1)
-        finally:
-            del os.environ[vocabulary.ENV]
-        engine = InflightBatcher(model, max_sentences=32, max_beam=8).start()
+        engine = InflightBatcher(_served_model(art, spec, setting), max_sentences=32, max_beam=8).start()
         try:
             results = engine.translate([tok.encode(t) for t in texts], spec.search_options(), timeout=120)
         finally:
