@@ -967,14 +967,13 @@ class DecoderStep : Products {
     thread_local std::vector<int32_t> hypotheses;
     for (int v = -1; v < static_cast<int>(restrictions_.size()); ++v) {
       hypotheses.clear();
+      picked.resize(M * d);
       for (size_t j = 0; j < M; ++j) {
-        if (in.vocabulary[rows_of[j] / K] == v) hypotheses.push_back(rows_of[j]);
+        if (in.vocabulary[rows_of[j] / K] != v) continue;
+        std::memcpy(picked.data() + hypotheses.size() * d, y.data() + j * d, sizeof(float) * d);
+        hypotheses.push_back(rows_of[j]);
       }
       if (hypotheses.empty()) continue;
-      picked.resize(hypotheses.size() * d);
-      for (size_t i = 0, j = 0; j < M; ++j) {
-        if (in.vocabulary[rows_of[j] / K] == v) std::memcpy(picked.data() + i++ * d, y.data() + j * d, sizeof(float) * d);
-      }
       project(v < 0 ? nullptr : restrictions_[v].get(), picked.data(), hypotheses.data(), hypotheses.size(), out, step,
               logits, row);
     }

@@ -679,10 +679,8 @@ class _Group:
                                 max_steps=engine.spec.max_target_len)
         self.start = np.zeros(0, np.int64)
         self.src_len = np.zeros(0, np.int64)
-        # Per row its restricted vocabulary (engine.vocabularies' index; -1: the whole one), and
-        # how many live rows have one (none: the step is given no vocabularies at all).
+        # Per row its restricted vocabulary (engine.vocabularies' index; -1: the whole one).
         self.vocabulary = np.zeros(0, np.int32)
-        self.restricted_rows = 0
         self.table = np.zeros((0, beam, engine.pool_time), np.int32)
         self.keys: list = []
         self.values: list = []
@@ -709,8 +707,8 @@ class _Group:
         return {r for r, _ in self.members}
 
     def restricted(self) -> np.ndarray | None:
-        """The live rows' vocabularies for the step, or None where none is restricted."""
-        return self.vocabulary if self.restricted_rows else None
+        """The rows' vocabularies for the step, or None where the repository restricts none."""
+        return self.vocabulary if self.engine.vocabularies is not None else None
 
     def longest(self) -> int:
         """The most steps any live row may take, counted from its start."""
@@ -775,12 +773,11 @@ class _Group:
         if self.size == self.capacity:
             self._resize(min(2 * self.capacity, self.engine.max_sentences), self.width)
         row = self.size
-        self.search.add(request.options, src_len, request.prefix(index), max_steps=steps,
-                        constraints=request.terms(index))
+        prefix = request.prefix(index)
+        self.search.add(request.options, src_len, prefix, max_steps=steps, constraints=request.terms(index))
         self.start[row], self.src_len[row] = start, src_len
         vocabularies = self.engine.vocabularies
-        self.vocabulary[row] = vocabularies.index(request.prefix(index).tokens) if vocabularies is not None else -1
-        self.restricted_rows += int(self.vocabulary[row] >= 0)
+        self.vocabulary[row] = vocabularies.index(prefix.tokens) if vocabularies is not None else -1
         if keys is not None and values is not None:
             m = int(self.slot[row]) if self.slotted else row
             for layer in range(self.spec.layers):
@@ -817,8 +814,6 @@ class _Group:
         order = list(range(n))
         for hole, row in zip(holes, tail, strict=True):
             order[hole] = row
-        if self.restricted_rows:
-            self.restricted_rows -= sum(int(self.vocabulary[r]) >= 0 for r in gone)
         if self.slotted:  # the live rows' slots in their new order, then the freed ones
             slots = self.slot[:b].tolist()
             self.slot[:b] = [slots[r] for r in order] + [slots[r] for r in sorted(gone)]

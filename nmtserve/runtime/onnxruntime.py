@@ -199,7 +199,7 @@ class OnnxModel:
         if self.vocabularies is not None:
             log.info("restricted target vocabularies (%s, an export's opt-in; %s=0 turns them off): %s",
                      vocabulary.FILE, vocabulary.ENV, self.vocabularies.describe())
-        elif self.vocabularies is None and vocabulary.enabled() and (Path(decoder).parent / vocabulary.FILE).exists():
+        elif vocabulary.enabled() and (Path(decoder).parent / vocabulary.FILE).exists():
             log.warning("this repository restricts target vocabularies (%s), which only the compiled CPU decoder "
                         "step applies: this runtime decodes with the whole vocabulary", vocabulary.FILE)
         release_mapped_weights((encoder, decoder))
