@@ -373,33 +373,60 @@ def content_units(source: str, language: str | None) -> list[tuple[int, ...]]:
     has a letter and is not a number (digits or the language's number words: the number check
     covers those), a tag (``<b>``, ``{1}``, ``%s``) or a function word of the language (an elided
     form counts by its parts: "I'm" is two function words). [] for a language without a list."""
-    lists = _word_lists(language)
-    if lists is None:
-        return []
-    functions, phrases = lists[0], _phrases_by_first_word(language)
-    vocabulary = number_words(language)
-    numbers = vocabulary[0] if vocabulary else frozenset()
+    return list(_units(source, language))
+
+
+# WARNING's checks read each text more than once (``omitted_words``, ``fewer_content_words``), and
+# every served sentence goes through them: a text's units, a word's plain form and its kind are
+# kept (bounded, least recently used first).
+@lru_cache(maxsize=1024)
+def _units(source: str, language: str | None) -> tuple[tuple[int, ...], ...]:
+    if _word_lists(language) is None:
+        return ()
+    phrases = _phrases_by_first_word(language)
     raw_words = source.split()
-    plain = [_EDGES.sub("", raw).lower() for raw in raw_words]
+    plain = [_plain(raw) for raw in raw_words]
     out: list[tuple[int, ...]] = []
     i = 0
     while i < len(plain):
-        phrase = next((p for p in phrases.get(plain[i], ()) if tuple(plain[i:i + len(p)]) == p), None)
+        word = plain[i]
+        phrase = next((p for p in phrases.get(word, ()) if tuple(plain[i:i + len(p)]) == p), None)
         if phrase:
             out.append(tuple(range(i, i + len(phrase))))
             i += len(phrase)
             continue
-        word = plain[i]
         i += 1
-        if not word or _TAG.match(word) or any(ch.isdigit() for ch in word) or not any(ch.isalpha() for ch in word):
-            continue
-        parts = [p for p in _APOSTROPHE.split(word) if p]
-        if all(p in functions or p in _CLITICS for p in parts) and not _named(raw_words, i - 1):
-            continue
-        if all(part in numbers for p in parts for part in p.split("-") if part):
+        kind = _word_kind(word, language)
+        if kind == _NOT_A_WORD or (kind & _FUNCTION_WORD and not _named(raw_words, i - 1)) or kind & _NUMBER_WORD:
             continue
         out.append((i - 1,))
-    return out
+    return tuple(out)
+
+
+@lru_cache(maxsize=16384)
+def _plain(raw: str) -> str:
+    """A word without the punctuation around it, lower-cased."""
+    return _EDGES.sub("", raw).lower()
+
+
+_NOT_A_WORD, _FUNCTION_WORD, _NUMBER_WORD = 4, 1, 2
+
+
+@lru_cache(maxsize=16384)
+def _word_kind(word: str, language: str | None) -> int:
+    """``_NOT_A_WORD`` (empty, a tag, a digit in it, no letter), else the flags ``_FUNCTION_WORD``
+    (its parts around an apostrophe are function words or clitics) and ``_NUMBER_WORD`` (its
+    parts, also around hyphens, are number words of ``language``)."""
+    if not word or _TAG.match(word) or any(ch.isdigit() for ch in word) or not any(ch.isalpha() for ch in word):
+        return _NOT_A_WORD
+    functions = (_word_lists(language) or (frozenset(), ()))[0]
+    vocabulary = number_words(language)
+    numbers = vocabulary[0] if vocabulary else frozenset()
+    parts = [p for p in _APOSTROPHE.split(word) if p]
+    kind = _FUNCTION_WORD if all(p in functions or p in _CLITICS for p in parts) else 0
+    if all(part in numbers for p in parts for part in p.split("-") if part):
+        kind |= _NUMBER_WORD
+    return kind
 
 
 # Function words that are also months: the month when capitalised inside a sentence ("in May")
@@ -468,7 +495,7 @@ COPY_MIN_WORDS = 3
 
 
 def _plain_words(text: str) -> list[str]:
-    return [w for w in (_EDGES.sub("", raw).lower() for raw in text.split()) if w]
+    return [w for w in map(_plain, text.split()) if w]
 
 
 def longest_loop(words: Sequence[str]) -> tuple[int, int]:

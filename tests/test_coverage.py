@@ -211,6 +211,21 @@ def test_fewer_content_words_than_the_source_is_flagged_without_any_alignment():
     assert [u for u in content_units("Le 3 août 1978, j'ai vu sept petits.", "fr")] == [(2,), (5,), (7,)]
 
 
+def test_content_units_kept_between_calls_are_the_same_and_not_shared():
+    """content_units keeps each text's units and each word's kind (WARNING reads a text more than
+    once): a word's kind is kept, its context is not ("may" the month and the verb in turn), and
+    a caller changing the list it got changes nothing for the next caller."""
+    from nmtserve.coverage import content_units
+
+    for _ in range(2):
+        assert content_units("In May I may come.", "en") == [(1,), (4,)]
+        assert content_units("May I come in May?", "en") == [(2,), (4,)]
+    got = content_units("I see fifty-three elegant tables.", "en")
+    got.append((9,))
+    assert content_units("I see fifty-three elegant tables.", "en") == [(1,), (3,), (4,)]
+    assert content_units("I see fifty-three elegant tables.", "fr") != content_units("I see fifty-three elegant tables.", "en")
+
+
 def _longest_loop_by_definition(words):
     """longest_loop as its docstring defines it: every block compared with its repeats."""
     from nmtserve.coverage import LOOP_BLOCK, LOOP_LONG_BLOCK, LOOP_REPEATS
