@@ -269,6 +269,57 @@ def run_serving(decode: Decoder, items: list, clients: int, setup: Callable[[], 
     return outputs, elapsed, latency
 
 
+PAIRED_BLOCK = 10  # sentences a row takes in turn in the paired latency scenario
+
+
+def measure_paired_latency(size: Size, runners: list[Runner], beam: int, pass_name: str) -> list[tuple[dict, list]]:
+    """The latency scenario of several rows at once, in blocks of ``PAIRED_BLOCK`` sentences:
+    every row (and every thread layout of a row) takes the block in turn, after one untimed
+    sentence (its caches warm again, as in a run of its own), the order rotated from one block to
+    the next, so the machine's drift (tens of percent within minutes here) falls on every row
+    alike. One (JSON entry, outputs) per row, as ``measure`` gives for ``latency``: a row with
+    several layouts reports the one with the lower p50."""
+    c = size.counts
+    n = min(scenario_sentences(c, r.name, "latency") for r in runners)
+    decoders = []  # (row index, layout, decode)
+    for i, runner in enumerate(runners):
+        decoders.append((i, "default", runner.decoder(beam)))
+        decoders += [(i, layout, other(beam)) for layout, other in runner.layouts.items()]
+    items = [(size.texts if r.texts else size.sources)[:n] for r in runners]
+    for i, _, decode in decoders:  # warm-up, as ``decode.latencies``
+        decode(items[i][:1])
+    load, outputs = load_average(), {(i, layout): [] for i, layout, _ in decoders}
+    seconds: dict[tuple[int, str], list[float]] = {(i, layout): [] for i, layout, _ in decoders}
+    for runner in runners:
+        runner.extra()
+    for lo in range(0, n, PAIRED_BLOCK):
+        shift = (lo // PAIRED_BLOCK) % len(decoders)
+        for i, layout, decode in decoders[shift:] + decoders[:shift]:
+            decode(items[i][:1])
+            for item in items[i][lo:lo + PAIRED_BLOCK]:
+                started = time.perf_counter()
+                outputs[i, layout].extend(decode([item]))
+                seconds[i, layout].append(time.perf_counter() - started)
+    out = []
+    for i, runner in enumerate(runners):
+        p50 = {layout: 1000 * percentile(lat, 50) for (row, layout), lat in seconds.items() if row == i}
+        best = min(p50, key=p50.__getitem__)
+        lat = seconds[i, best]
+        entry = {"size": size.name, "row": runner.name, "beam": beam, "scenario": "latency", "pass": pass_name,
+                 "sentences": n, "load_before": load, "paired": True, "other_processes_cpu_pct": 0.0,
+                 "other_processes_top": []}
+        if len(p50) > 1:
+            entry["layouts"] = p50
+            if best != "default":
+                entry["layout"] = best
+        entry.update(runner.extra(), seconds=round(sum(lat), 3), sentences_per_s=n / sum(lat),
+                     load_after=load_average(), p50_ms=1000 * percentile(lat, 50), p90_ms=1000 * percentile(lat, 90))
+        log.info("[%s] %-12s beam %d latency %-6s %4d sentences (paired): p50 %.2f ms, p90 %.2f ms",
+                 size.name, runner.name, beam, pass_name, n, entry["p50_ms"], entry["p90_ms"])
+        out.append((entry, outputs[i, best]))
+    return out
+
+
 def scenario_sentences(counts: Counts, row: str, scenario: str) -> int:
     slow = row in SLOW_ROWS
     return {"bulk": counts.slow_bulk if slow else counts.bulk, "serving": counts.serving,

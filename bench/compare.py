@@ -61,7 +61,9 @@ Method. Per size: ``pytorch`` and ``transformers`` (the references) once; then t
 short rounds (default 3) with the order of the rows rotated each round. Each ratio is the median
 of the ratios within a round (this machine's speed drifts by tens of percent within minutes, so
 figures of different minutes do not compare); the reported figure is the median round (every
-round is in the JSON). CTranslate2 runs bulk and latency in both thread layouts (1 x threads and
+round is in the JSON). Within a round the latency scenario is paired: the fast rows take blocks of
+10 sentences in turn (after one untimed sentence each), the order rotated block by block, so the
+rows' p50s come from the same moments of the machine. CTranslate2 runs bulk and latency in both thread layouts (1 x threads and
 2 workers x threads // 2) and reports the better, serving in the latter. ``--rounds 1`` is the
 older plan: the CTranslate2 rows before and after nmtserve, the better pass kept. Timings exclude tokenization (common to every row). Next to every figure: the
 1/5/15-minute load average when it started and the CPU share used by *other* processes meanwhile
@@ -108,6 +110,7 @@ from _compare_runners import (  # noqa: E402
     engine_runner,
     export_repository,
     measure,
+    measure_paired_latency,
     pytorch_runner,
     served_runner,
     transformers_runner,
@@ -201,17 +204,28 @@ def run_rounds(results: Results, size: Size, runners: dict[str, Callable], beams
             order = rows[r % len(rows):] + rows[: r % len(rows)]
             for beam in beams:
                 for scenario in SCENARIOS:
+                    if scenario == "latency" and len(order) > 1:  # every row sentence by sentence
+                        try:
+                            for measured in measure_paired_latency(size, [opened[row] for row in order], beam,
+                                                                   f"round {r + 1}"):
+                                results.add(*measured)
+                        except Exception as exc:  # noqa: BLE001 - report the failed figure and go on
+                            _failed(results, size, ",".join(order), r, exc)
+                        continue
                     for row in order:
                         if scenario == "serving" and row in SLOW_ROWS:
                             continue
                         try:
                             results.add(*measure(size, opened[row], beam, scenario, f"round {r + 1}"))
                         except Exception as exc:  # noqa: BLE001 - report the failed figure and go on
-                            log.error("[%s] %s round %d failed: %s", size.name, row, r + 1, exc)
-                            results.errors.append({"size": size.name, "row": row, "pass": f"round {r + 1}",
-                                                   "error": f"{type(exc).__name__}: {exc}",
-                                                   "traceback": traceback.format_exc()})
+                            _failed(results, size, row, r, exc)
             gc.collect()
+
+
+def _failed(results: Results, size: Size, row: str, r: int, exc: Exception) -> None:
+    log.error("[%s] %s round %d failed: %s", size.name, row, r + 1, exc)
+    results.errors.append({"size": size.name, "row": row, "pass": f"round {r + 1}",
+                           "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
 
 
 SETUP = {"demo": setup_demo, "student": setup_student, "base": setup_base}
