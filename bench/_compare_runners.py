@@ -286,8 +286,6 @@ def measure_paired_latency(size: Size, runners: list[Runner], beam: int, pass_na
         decoders.append((i, "default", runner.decoder(beam)))
         decoders += [(i, layout, other(beam)) for layout, other in runner.layouts.items()]
     items = [(size.texts if r.texts else size.sources)[:n] for r in runners]
-    for i, _, decode in decoders:  # warm-up, as ``decode.latencies``
-        decode(items[i][:1])
     load, outputs = load_average(), {(i, layout): [] for i, layout, _ in decoders}
     seconds: dict[tuple[int, str], list[float]] = {(i, layout): [] for i, layout, _ in decoders}
     for runner in runners:
@@ -295,7 +293,7 @@ def measure_paired_latency(size: Size, runners: list[Runner], beam: int, pass_na
     for lo in range(0, n, PAIRED_BLOCK):
         shift = (lo // PAIRED_BLOCK) % len(decoders)
         for i, layout, decode in decoders[shift:] + decoders[:shift]:
-            decode(items[i][:1])
+            decode(items[i][:1])  # untimed: the first block's warm-up too, as ``decode.latencies``
             for item in items[i][lo:lo + PAIRED_BLOCK]:
                 started = time.perf_counter()
                 outputs[i, layout].extend(decode([item]))
@@ -313,7 +311,7 @@ def measure_paired_latency(size: Size, runners: list[Runner], beam: int, pass_na
             if best != "default":
                 entry["layout"] = best
         entry.update(runner.extra(), seconds=round(sum(lat), 3), sentences_per_s=n / sum(lat),
-                     load_after=load_average(), p50_ms=1000 * percentile(lat, 50), p90_ms=1000 * percentile(lat, 90))
+                     load_after=load_average(), p50_ms=p50[best], p90_ms=1000 * percentile(lat, 90))
         log.info("[%s] %-12s beam %d latency %-6s %4d sentences (paired): p50 %.2f ms, p90 %.2f ms",
                  size.name, runner.name, beam, pass_name, n, entry["p50_ms"], entry["p90_ms"])
         out.append((entry, outputs[i, best]))
