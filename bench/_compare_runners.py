@@ -141,7 +141,8 @@ def served_runner(size: Size, repo: Path, log_dir: Path, name: str = "served", e
             if early_stopping:  # the opt-in rule (EARLY_STOPPING): stop once beam_size hypotheses finished
                 inputs.append(grpcclient.InferInput("EARLY_STOPPING", [1], "BOOL"))
                 inputs[-1].set_data_from_numpy(np.array([True]))
-            result = client().infer("translate", inputs, outputs=outputs)
+            # The outputs parameter, as the nmtserve client sends it: the server computes TRANSLATION alone.
+            result = client().infer("translate", inputs, outputs=outputs, parameters={"outputs": "TRANSLATION"})
             return [t.decode("utf-8") for t in result.as_numpy("TRANSLATION")]
 
         return run

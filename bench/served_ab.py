@@ -87,7 +87,9 @@ class Side:
 
         inputs = [grpcclient.InferInput("TEXT", [1], "BYTES")]
         inputs[0].set_data_from_numpy(np.array([text.encode("utf-8")], dtype=np.object_))
-        result = client.infer("translate", inputs, outputs=[grpcclient.InferRequestedOutput("TRANSLATION")])
+        # The outputs parameter as the nmtserve client sends it (a tree older than it ignores it).
+        result = client.infer("translate", inputs, outputs=[grpcclient.InferRequestedOutput("TRANSLATION")],
+                              parameters={"outputs": "TRANSLATION"})
         return result.as_numpy("TRANSLATION")[0].decode("utf-8")
 
     def client(self):

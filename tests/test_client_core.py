@@ -295,3 +295,25 @@ def test_a_rejection_is_a_sentences_unless_it_names_a_request_wide_input(message
     from nmtserve.client._batching import sentence_fault
 
     assert sentence_fault(InvalidInputError(message, index=index)) is theirs
+
+
+def test_a_sentence_request_names_the_outputs_it_reads_and_a_document_request_does_not():
+    """The ``outputs`` parameter (the server computes those alone): the outputs asked for,
+    WARNING included once the transport adds it, over gRPC and HTTP; none for documents."""
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    from nmtserve.client import _transports
+    from nmtserve.client._protocol import encode_document_request, encode_request
+
+    transport = _transports._Transport("localhost:1", None, 1)
+    plain = transport._shaped(encode_request([b"x"], Options()))
+    rich = transport._shaped(encode_request([b"x"], Options(alignment=True, confidence=True, num_hypotheses=2)))
+    document = encode_document_request("x", "plain", Options())
+    for module, args in ((grpcclient, _transports._grpc_infer_args), (httpclient, _transports._http_infer_args)):
+        assert args(module, plain, None, None)["parameters"] == {"outputs": "TRANSLATION,SCORE,WARNING"}
+        named = args(module, rich, None, None)["parameters"]["outputs"].split(",")
+        assert named == [o.name() for o in args(module, rich, None, None)["outputs"]]
+        assert set(named) == {"TRANSLATION", "SCORE", "ALIGNMENT", "SENTENCE_CONFIDENCE", "WORD_CONFIDENCE",
+                              "MISSING_WORDS", "NBEST_TRANSLATION", "NBEST_SCORE", "WARNING"}
+        assert args(module, document, None, None)["parameters"] is None

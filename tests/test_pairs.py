@@ -117,3 +117,27 @@ def test_languages_of_a_pair_repository_list_each_source_with_its_targets(pairs_
     assert set(languages) == {"en", "fr", "de"}
     assert (languages["en"].name, sorted(languages["en"].targets)) == ("English", ["de", "fr"])
     assert languages["fr"].targets == ()
+
+
+def test_the_router_hands_on_the_outputs_parameter(pairs_server):
+    """The pair's ensemble computes what the request names in its ``outputs`` parameter alone, and
+    refuses a name that is not one of its outputs, through the router as directly."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    server, _ = pairs_server
+    client = grpcclient.InferenceServerClient(server.urls.grpc_address)
+    inputs = []
+    for name, value in (("TEXT", "I have 3 cats."), ("TARGET_LANG", "fr")):
+        inputs.append(grpcclient.InferInput(name, [1], "BYTES"))
+        inputs[-1].set_data_from_numpy(np.array([value.encode()], dtype=np.object_))
+    full = client.infer("translate", inputs)
+    narrowed = client.infer("translate", inputs, parameters={"outputs": "TRANSLATION,WARNING"})
+    assert sorted(o.name for o in narrowed.get_response().outputs) == ["TRANSLATION", "WARNING"]
+    assert len(full.get_response().outputs) == 10
+    for name in ("TRANSLATION", "WARNING"):
+        assert narrowed.as_numpy(name).tolist() == full.as_numpy(name).tolist()
+    with pytest.raises(InferenceServerException, match="'outputs' parameter names 'NOPE'"):
+        client.infer("translate", inputs, parameters={"outputs": "NOPE"})
+    client.close()

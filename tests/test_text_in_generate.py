@@ -102,3 +102,33 @@ def test_one_step_serves_documents_and_callers_with_their_own_ids(servers):
     assert got == want and got[c.OUT_IDS]
     missing = _answer(fused, "generate", {c.MAX_LENGTH: [8]})  # neither TEXT nor ids
     assert missing[0] == "error" and "SRC_IDS" in missing[2]
+
+
+NARROWED = [(c.TRANSLATION,), (c.TRANSLATION, c.SCORE, c.WARNING), (c.NBEST_TRANSLATION, c.NBEST_SCORE),
+            (c.ALIGNMENT, c.MISSING_WORDS), (c.SENTENCE_CONFIDENCE, c.WORD_CONFIDENCE), (c.CUTS, c.TRANSLATION),
+            (c.WARNING,)]
+
+
+def _narrowed(client, inputs: dict, outputs: tuple[str, ...]):
+    result = client.infer("translate", [_tensor(n, v) for n, v in inputs.items()],
+                          parameters={c.OUTPUTS_PARAMETER: ",".join(outputs)})
+    return {o.name: result.as_numpy(o.name).tolist() for o in result.get_response().outputs}
+
+
+@pytest.mark.parametrize("index", range(7))
+def test_the_outputs_parameter_computes_those_alone_and_the_same(servers, index):
+    """What a request names in its ``outputs`` parameter comes back alone (the rest is not
+    computed), each output equal to the one of the request without it, on both layouts."""
+    for client in servers:
+        full = _answer(client, "translate", REQUESTS[index])
+        for outputs in NARROWED:
+            assert _narrowed(client, REQUESTS[index], outputs) == {name: full[name] for name in outputs}
+
+
+def test_the_outputs_parameter_names_outputs_of_the_model(servers):
+    for client in servers:
+        for value, message in (("TRANSLATON", "names 'TRANSLATON': this model's outputs are TRANSLATION, SCORE"),
+                               (" , ", "names no output"), (3, "must be a string of comma-separated output names")):
+            with pytest.raises(InferenceServerException, match=message) as refused:
+                client.infer("translate", [_tensor(c.TEXT, ["I have 3 cats."])], parameters={c.OUTPUTS_PARAMETER: value})
+            assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"

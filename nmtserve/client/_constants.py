@@ -43,6 +43,7 @@ SORT_WINDOW_REQUESTS = 16
 # -- the server contract: its tensor names are nmtserve.contract's (dependency-free)
 INPUT_TEXT, OUTPUT_TRANSLATION, OUTPUT_SCORE = contract.TEXT, contract.TRANSLATION, contract.SCORE
 OUTPUT_WARNING = contract.WARNING
+OUTPUTS_PARAMETER = contract.OUTPUTS_PARAMETER  # a request parameter: the outputs the request reads
 INPUT_BEAM_SIZE, INPUT_MAX_LENGTH = contract.BEAM_SIZE, contract.MAX_LENGTH
 INPUT_LENGTH_PENALTY, INPUT_NUM_HYPOTHESES = contract.LENGTH_PENALTY, contract.NUM_HYPOTHESES
 INPUT_EARLY_STOPPING = contract.EARLY_STOPPING

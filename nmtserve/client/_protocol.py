@@ -299,6 +299,9 @@ class Request:
     # Asked for too, unless the server turned them down once ("unexpected inference output": a
     # repository exported before them); the transport remembers and asks no more.
     optional_outputs: tuple[str, ...] = ()
+    # Name the outputs in the request's ``outputs`` parameter too (the sentence contract's: the
+    # server then computes those alone).
+    name_outputs: bool = False
 
 
 def _per_sentence(name: str, value: str | Sequence[Any], indices: Sequence[int] | None, n: int) -> list[Any]:
@@ -388,7 +391,7 @@ def encode_request(texts: Sequence[bytes], options: Options, indices: Sequence[i
             outputs.append(C.OUTPUT_MISSING_WORDS)
     if options.nbest:
         outputs += [C.OUTPUT_NBEST_TRANSLATION, C.OUTPUT_NBEST_SCORE]
-    return Request(tuple(inputs), tuple(outputs), (C.OUTPUT_WARNING,))
+    return Request(tuple(inputs), tuple(outputs), (C.OUTPUT_WARNING,), name_outputs=True)
 
 
 def document_format(fmt: str | None, filename: str | None) -> str:

@@ -103,17 +103,24 @@ def _grpc_channel_args(tls: TLS | None = None) -> list[tuple[str, Any]]:
     ] + ([("grpc.ssl_target_name_override", tls.server_name)] if tls is not None and tls.server_name else [])
 
 
+def _parameters(request: Request) -> dict[str, str] | None:
+    """The request's parameters: the outputs it reads, so that the server computes those alone
+    (the contract's ``outputs`` parameter; a server older than it ignores it)."""
+    return {C.OUTPUTS_PARAMETER: ",".join(request.outputs)} if request.name_outputs else None
+
+
 def _grpc_infer_args(module: Any, request: Request, timeout: float | None, headers: Any) -> dict[str, Any]:
     """``InferenceServerClient.infer``'s keyword arguments, the same in grpc and grpc.aio."""
     inputs, outputs = tritonclient_tensors(module, request)
     timeouts = {"client_timeout": timeout, "timeout": _server_timeout_us(timeout)}
-    return {"inputs": inputs, "outputs": outputs, "headers": headers, **timeouts}
+    return {"inputs": inputs, "outputs": outputs, "headers": headers, "parameters": _parameters(request), **timeouts}
 
 
 def _http_infer_args(module: Any, request: Request, timeout: float | None, headers: Any) -> dict[str, Any]:
     """``InferenceServerClient.infer``'s keyword arguments, the same in http and http.aio."""
     inputs, outputs = tritonclient_tensors(module, request)
-    return {"inputs": inputs, "outputs": outputs, "timeout": _server_timeout_us(timeout), "headers": headers}
+    return {"inputs": inputs, "outputs": outputs, "timeout": _server_timeout_us(timeout), "headers": headers,
+            "parameters": _parameters(request)}
 
 
 def _grpc_client(module: Any, url: str, tls: TLS | None) -> Any:

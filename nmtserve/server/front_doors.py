@@ -128,8 +128,9 @@ class DocumentModel(_FrontDoor):
         if align:
             inputs.append(pb_utils.Tensor(c.ALIGN, np.array([True])))
             outputs.append(c.ALIGNMENT)
+        # The outputs parameter too: the ensemble asks its steps for all they have, WARNING's checks included.
         response = pb_utils.InferenceRequest(model_name=self.translate_model, requested_output_names=outputs,
-                                             inputs=inputs).exec()
+                                             inputs=inputs, parameters={c.OUTPUTS_PARAMETER: ",".join(outputs)}).exec()
         if response.has_error():
             error = bls_error(response.error())
             message = c.SENTENCE_IN_MESSAGE.sub(
@@ -209,15 +210,17 @@ class PairRouterModel(_FrontDoor):
                 inputs = [pb_utils.Tensor(t.name, np.array(value)) for t in c.TRANSLATE_INPUTS
                           if (value := given.get(t.name)) is not None]
                 outputs = list(request.requested_output_names())
+                parameters = _forwarded(request.parameters())
             except InputError as exc:
                 stub.send_final(sender, pb_utils.InferenceResponse(error=stub.error(str(exc))))
                 continue
-            self._pool.submit(self._forward, self.name + c.pair_suffix(pair), inputs, outputs, sender)
+            self._pool.submit(self._forward, self.name + c.pair_suffix(pair), inputs, outputs, parameters, sender)
         return None
 
-    def _forward(self, model: str, inputs: list, outputs: list[str], sender) -> None:
+    def _forward(self, model: str, inputs: list, outputs: list[str], parameters: dict, sender) -> None:
         try:
-            answer = pb_utils.InferenceRequest(model_name=model, requested_output_names=outputs, inputs=inputs).exec()
+            answer = pb_utils.InferenceRequest(model_name=model, requested_output_names=outputs, inputs=inputs,
+                                               parameters=parameters).exec()
             if answer.has_error():
                 response = pb_utils.InferenceResponse(error=bls_error(answer.error()))
             else:
@@ -227,6 +230,20 @@ class PairRouterModel(_FrontDoor):
             response = pb_utils.InferenceResponse(error=stub.error(f"routing to {model} failed: {exc}", invalid=False))
         stub.send_final(sender, response)
 
+
+
+def _forwarded(raw: str) -> dict:
+    """Of a request's parameters (their JSON text), what the router hands on to the pair's
+    ensemble: the outputs parameter, which its steps read (contract.OUTPUTS_PARAMETER)."""
+    if c.OUTPUTS_PARAMETER not in raw:
+        return {}
+    value = json.loads(raw).get(c.OUTPUTS_PARAMETER)
+    if value is None:
+        return {}
+    if not isinstance(value, str):
+        raise InputError(f"the '{c.OUTPUTS_PARAMETER}' parameter must be a string of comma-separated output names, "
+                         f"got {value!r}")
+    return {c.OUTPUTS_PARAMETER: value}
 
 
 def _language(given: dict[str, np.ndarray], name: str) -> str | None:

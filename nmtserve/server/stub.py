@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +53,30 @@ def input_arrays(request) -> dict[str, np.ndarray]:
     looks up some 25 names a request (most of them absent), ~4 us each (bench/RESULTS.md
     "Session 27"). The arrays are views of the request's memory, valid until ``execute`` returns."""
     return {tensor.name(): tensor.as_numpy() for tensor in request.inputs()}
+
+
+def wanted_outputs(request, outputs: Collection[str], narrow: bool = True) -> frozenset[str] | None:
+    """The outputs of ``outputs`` (the model's) that ``request`` will read, or None for all: those
+    Triton asks for (all through an ensemble), narrowed (``narrow``: a model that answers the
+    translate contract's outputs) to the names of its ``outputs`` parameter
+    (contract.OUTPUTS_PARAMETER). InputError names a parameter that is not a list of them."""
+    from ..contract import OUTPUTS_PARAMETER
+    from .protocol import InputError
+
+    wanted = set(request.requested_output_names())
+    raw = request.parameters() if narrow else ""
+    if OUTPUTS_PARAMETER in raw:  # a JSON object's text; most requests carry none ("{}")
+        value = json.loads(raw).get(OUTPUTS_PARAMETER)
+        if not isinstance(value, str):
+            raise InputError(f"the '{OUTPUTS_PARAMETER}' parameter must be a string of comma-separated output "
+                             f"names, got {value!r}")
+        named = {name.strip() for name in value.split(",")} - {""}
+        unknown = sorted(named - set(outputs))
+        if unknown or not named:
+            raise InputError(f"the '{OUTPUTS_PARAMETER}' parameter names {', '.join(map(repr, unknown)) or 'no output'}: "
+                             f"this model's outputs are {', '.join(outputs)}")
+        wanted = wanted & named if wanted else named
+    return None if not wanted or wanted.issuperset(outputs) else frozenset(wanted)
 
 
 def parameters(args: dict) -> tuple[dict, Path]:

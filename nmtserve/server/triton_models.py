@@ -147,14 +147,21 @@ class Detokenizer:
         pair = params.get(c.PAIR_PARAMETER, "").split("-")
         self.pair = tuple(None if p in ("", c.UNKNOWN_LANGUAGE) else p for p in pair) if len(pair) == 2 else (None, None)
 
-    def arrays(self, get) -> dict[str, np.ndarray]:
-        """detokenize's outputs by name; raises InputError naming what is wrong."""
+    def arrays(self, get, wanted: frozenset[str] | None = None) -> dict[str, np.ndarray]:
+        """detokenize's outputs by name, those of ``wanted`` alone when given (stub.wanted_outputs:
+        what is not read is not computed); raises InputError naming what is wrong."""
         ids, lengths, scores = get(c.OUT_IDS), get(c.OUT_LEN), get(c.OUT_SCORE)
         if (ids is None or lengths is None or scores is None or ids.ndim != 3 or lengths.ndim != 2
                 or ids.shape[:2] != lengths.shape or scores.shape != lengths.shape
                 or (lengths.size and not 0 <= lengths.min() <= lengths.max() <= ids.shape[2])):
             raise InputError("OUT_IDS [n, k, T], OUT_LEN [n, k] (0..T) and OUT_SCORE [n, k] are required")
+        want = (lambda name: True) if wanted is None else wanted.__contains__
         m, k = lengths.shape
+        align, logprobs = get(c.OUT_ALIGN), get(c.OUT_LOGPROB)
+        if k > 1 and not (want(c.NBEST_TRANSLATION) or want(c.NBEST_SCORE)):
+            k = 1  # the best hypothesis alone: the other outputs read no other
+            ids, lengths, scores = ids[:, :1], lengths[:, :1], scores[:, :1]
+            align, logprobs = (a[:, :1] if a is not None and a.ndim == 3 else a for a in (align, logprobs))
         texts = np.empty((m, k), dtype=np.object_)
         for i in range(m):
             for j in range(k):
@@ -164,35 +171,37 @@ class Detokenizer:
         lowest = _lowest_per_element(best, counts)
         gaps = get(c.GAPS)
         texts, scores = join_pieces(texts, scores, counts, gaps)
+        n = texts.shape[0]
+        out: dict[str, np.ndarray] = {}
         src, src_len = get(c.SRC_IDS), get(c.SRC_LEN)
-        align = get(c.OUT_ALIGN)
-        aligned = alignments(self.tokenizer, src, src_len, ids, lengths, align, counts, gaps)
-        quality = qualities(self.tokenizer, src, src_len, ids, lengths, align, get(c.OUT_LOGPROB), counts, gaps)
-        cuts = get(c.CUTS)
-        if cuts is None or cuts.shape != (texts.shape[0],):
-            cuts = np.zeros(texts.shape[0], dtype=np.int32)
-        warnings, missing = self._warnings(get, texts[:, 0], lowest, quality)
-        return {
-            c.WARNING: warnings,
-            c.MISSING_WORDS: missing,
-            c.SENTENCE_CONFIDENCE: np.array([q.sentence for q in quality], dtype=np.float32),
-            c.WORD_CONFIDENCE: np.array([b"" if q.words is None else format_confidences(q.words).encode() for q in quality],
-                                        dtype=np.object_),
+        checks = want(c.WARNING) or want(c.MISSING_WORDS)
+        if checks or want(c.SENTENCE_CONFIDENCE) or want(c.WORD_CONFIDENCE):
+            quality = qualities(self.tokenizer, src, src_len, ids, lengths, align, logprobs, counts, gaps)
+            if checks:
+                out[c.WARNING], out[c.MISSING_WORDS] = self._warnings(get, texts[:, 0], lowest, quality, want(c.WARNING))
+            out[c.SENTENCE_CONFIDENCE] = np.array([q.sentence for q in quality], dtype=np.float32)
+            out[c.WORD_CONFIDENCE] = np.array(
+                [b"" if q.words is None else format_confidences(q.words).encode() for q in quality], dtype=np.object_)
+        if want(c.CUTS):
+            cuts = get(c.CUTS)
+            out[c.CUTS] = (cuts if cuts is not None and cuts.shape == (n,) else np.zeros(n)).astype(np.int32)
+        if want(c.ALIGNMENT):
+            out[c.ALIGNMENT] = alignments(self.tokenizer, src, src_len, ids, lengths, align, counts, gaps)
+        out.update({
             c.TRANSLATION: texts[:, 0].copy(),
             c.SCORE: scores[:, 0].copy(),
             c.NBEST_TRANSLATION: texts,
             c.NBEST_SCORE: scores,
-            c.CUTS: cuts.astype(np.int32),
-            c.ALIGNMENT: aligned,
-        }
+        })
+        return out if wanted is None else {name: out[name] for name in out if name in wanted}
 
     def _warnings(self, get, translations: np.ndarray, lowest: np.ndarray,
-                  quality: list) -> tuple[np.ndarray, np.ndarray]:
+                  quality: list, warn: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """WARNING [n] and MISSING_WORDS [n]: per element, "" or why its translation may leave part
         of TEXT out or be wrong (nmtserve.coverage; ``lowest``: the lowest score of its sentences;
         a term of TERMS none of whose renderings is in it; ``quality``: protocol.qualities, whose
         covered source words give the content words no target token attended to, listed in
-        MISSING_WORDS); all "" when the request's TEXT did not come along."""
+        MISSING_WORDS); all "" when the request's TEXT did not come along (WARNING's too without ``warn``)."""
         from ..coverage import omitted_words, warning
         from ..languages import describe
 
@@ -220,6 +229,8 @@ class Detokenizer:
             text = translation.decode("utf-8")
             omitted = [] if covered is None else omitted_words(source, covered, source_langs[i], text, target_langs[i])
             missing[i] = " ".join(map(str, omitted)).encode()
+            if not warn:
+                continue
             # WARNING says "may be incomplete" when the translation has fewer content words than
             # the source (no alignment needed). It does not name the words the alignment points
             # to: on the demo that name is right for 32 of 126 sentences (one word off, most
@@ -238,12 +249,14 @@ class DetokenizeModel:
     def initialize(self, args: dict) -> None:
         params, version_dir = stub.parameters(args)
         self.detokenize = Detokenizer(params, stub.artifacts(params, version_dir))
+        self.outputs = [t.name for t in c.DETOKENIZE_OUTPUTS]
 
     def execute(self, requests: list) -> list:
         out = []
         for request in requests:
             try:
-                arrays = self.detokenize.arrays(stub.input_arrays(request).get)
+                arrays = self.detokenize.arrays(stub.input_arrays(request).get,
+                                                stub.wanted_outputs(request, self.outputs))
             except InputError as exc:
                 out.append(pb_utils.InferenceResponse(error=stub.error(str(exc))))
                 continue
@@ -307,6 +320,9 @@ class GenerateModel:
             self.tokenize = Tokenizer(params, folder)
             self.detokenize = Detokenizer(params, folder, tokenizer=self.tokenize.tokenizer)
             self._texts = ThreadPoolExecutor(1, thread_name_prefix="nmtserve-detokenize")
+        # What a request may read (stub.wanted_outputs): with TEXT in process, detokenize's outputs.
+        self._id_outputs = [t.name for t in c.GENERATE_OUTPUTS]
+        self._text_outputs = [t.name for t in c.TRANSLATE_OUTPUTS]
         self._waiting: dict[int, tuple] = {}  # id -> (response sender, cancel event)
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -333,7 +349,12 @@ class GenerateModel:
             try:  # inputs are copied out here: they are freed when execute returns
                 inputs = stub.input_arrays(request)
                 get: Callable[[str], np.ndarray | None] = inputs.get
-                if self.tokenize is not None and get(c.TEXT) is not None:
+                text = self.tokenize is not None and get(c.TEXT) is not None
+                # The outputs parameter names the translate contract's outputs: a middle step's
+                # (tokenize -> generate -> detokenize) are all read by the next step.
+                wanted = (stub.wanted_outputs(request, self._text_outputs) if text
+                          else stub.wanted_outputs(request, self._id_outputs, narrow=False))
+                if text:
                     texts = {name: np.array(a, copy=True) for name in c.TEXT_INPUT_NAMES if (a := get(name)) is not None}
                     texts.update(self.tokenize.arrays(texts.get))
                     get = texts.get
@@ -350,7 +371,7 @@ class GenerateModel:
             with self._lock:
                 self._waiting[key] = (sender, cancel)
             try:
-                self.engine.submit(sources, options, self._responder(key, sender, options.num_hypotheses, texts),
+                self.engine.submit(sources, options, self._responder(key, sender, options.num_hypotheses, texts, wanted),
                                    cancelled=cancel.is_set, prefixes=prefixes, constraints=constraints)
             except Exception as exc:  # shutting down, or a limit the checks above did not cover
                 with self._lock:
@@ -358,7 +379,7 @@ class GenerateModel:
                 stub.send_final(sender, pb_utils.InferenceResponse(error=stub.engine_error("", exc)))
         return None
 
-    def _responder(self, key: int, sender, nbest: int, texts: dict | None = None):
+    def _responder(self, key: int, sender, nbest: int, texts: dict | None = None, wanted: frozenset[str] | None = None):
         def respond(results, error) -> None:  # runs in the engine thread
             with self._lock:
                 self._waiting.pop(key, None)
@@ -371,20 +392,20 @@ class GenerateModel:
                     if self.engine.running <= 1 and not self.engine.queued:
                         # ... unless nothing else decodes or waits (a lone request): here, without
                         # the thread's hand-over (p50 ~2% sooner, bench/RESULTS.md "Session 24").
-                        self._detokenized(sender, {**texts, **arrays})
+                        self._detokenized(sender, {**texts, **arrays}, wanted)
                     else:
-                        self._texts.submit(self._detokenized, sender, {**texts, **arrays})
+                        self._texts.submit(self._detokenized, sender, {**texts, **arrays}, wanted)
                     return
-                response = pb_utils.InferenceResponse(
-                    output_tensors=[pb_utils.Tensor(name, a) for name, a in arrays.items()])
+                response = pb_utils.InferenceResponse(output_tensors=[
+                    pb_utils.Tensor(name, a) for name, a in arrays.items() if wanted is None or name in wanted])
             stub.send_final(sender, response)  # a client that went away is logged; the engine carries on
         return respond
 
-    def _detokenized(self, sender, arrays: dict) -> None:
+    def _detokenized(self, sender, arrays: dict, wanted: frozenset[str] | None = None) -> None:
         """In-process text: the translations of a decoded request, as detokenize would answer."""
         assert self.detokenize is not None
         try:
-            out = self.detokenize.arrays(arrays.get)
+            out = self.detokenize.arrays(arrays.get, wanted)
             response = pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, a) for n, a in out.items()])
         except InputError as exc:
             response = pb_utils.InferenceResponse(error=stub.error(str(exc)))
