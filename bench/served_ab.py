@@ -3,6 +3,7 @@
     python bench/served_ab.py --repository REPO --tree-b TREE [--tree-a TREE] [--pairs 3]
     python bench/served_ab.py --repository REPO --native-b DIR      # another nmtserve_native build
     python bench/served_ab.py --repository REPO --env-b NMTSERVE_PARK=0
+    python bench/served_ab.py --repository REPO --repository-b REPO2   # another export of the model
 
 Side A serves REPO with this checkout's nmtserve (or ``--tree-a``). Side B serves a copy of REPO
 that loads ``--tree-b`` (another checkout: ``git worktree add /tmp/b REV``), ``--native-b`` (a
@@ -137,6 +138,8 @@ class Side:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repository", type=Path, required=True, help="an exported model repository")
+    ap.add_argument("--repository-b", type=Path, help="side B serves this repository (the same model exported "
+                                                       "another way: --request-path) instead of --repository")
     ap.add_argument("--tree-a", type=Path, help="side A's checkout (default: this one's nmtserve)")
     ap.add_argument("--tree-b", type=Path, help="side B's checkout")
     ap.add_argument("--native-a", type=Path, help="a directory with side A's nmtserve_native build")
@@ -148,15 +151,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sentences", type=int, default=640, help="sentences of a concurrent pass")
     ap.add_argument("--latency", type=int, default=300, help="sentences of the one-client pass")
     args = ap.parse_args(argv)
-    if not (args.tree_b or args.native_b or args.env_b or args.tree_a or args.native_a or args.env_a):
-        ap.error("nothing differs between A and B: give --tree-b, --native-b or --env-b")
+    if not (args.tree_b or args.native_b or args.env_b or args.tree_a or args.native_a or args.env_a
+            or args.repository_b):
+        ap.error("nothing differs between A and B: give --tree-b, --native-b, --env-b or --repository-b")
     texts = (ROOT / "models" / "en-fr-numbers" / "test.en").read_text(encoding="utf-8").splitlines()
     work = Path(tempfile.mkdtemp(prefix="nmtserve-ab-"))
     sides = {}
     for name, tree, native, env in (("A", args.tree_a, args.native_a, args.env_a),
                                     ("B", args.tree_b, args.native_b, args.env_b)):
         paths = [p.resolve() for p in (native, tree) if p is not None]
-        sides[name] = (side_repository(args.repository.resolve(), work / name, paths), tree, native,
+        repository = args.repository_b if name == "B" and args.repository_b else args.repository
+        sides[name] = (side_repository(repository.resolve(), work / name, paths), tree, native,
                        dict(kv.split("=", 1) for kv in env))
     pairs = []
     running = []

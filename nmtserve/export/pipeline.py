@@ -33,7 +33,7 @@ from .lint import lint_file
 from .onnx_export import EXTERNAL_DATA_BYTES, dims_of, export_decoder, export_encoder
 from .parity import ParityReport, compare, record_reference
 from .quantize import parse_keep, quantize_int8
-from .repository import RepositoryOptions, check_layout, write_repository
+from .repository import GENERATE_BACKENDS, RepositoryOptions, check_layout, write_repository
 from .weights import SharedWeights, graph_files, rewrite, tensor_threshold
 
 log = logging.getLogger(__name__)
@@ -72,6 +72,7 @@ class ExportOptions:
     step_backend: str = ""  # how generate runs the graphs; "": the target's default
     graph_models: bool = False  # also serve encoder/decoder as models (RepositoryOptions)
     text_in_generate: bool = True  # the ensemble as one step: text in and out of generate (RepositoryOptions)
+    generate_backend: str = "python"  # GENERATE_BACKENDS: the Triton backend generate runs on (RepositoryOptions)
     decoder_graph: str = ""  # DECODER_GRAPHS; "": fused on the cpu target, portable on the gpu target
     pair: str = ""  # "en-fr": add the model to the repository under its language pair (RepositoryOptions)
     tokenizer: Path | None = None  # the sentencepiece model of a checkpoint that does not record one
@@ -100,6 +101,10 @@ class ExportOptions:
             raise ValueError("fp16 is built into the TensorRT plans of --target gpu; on a CPU use --precision int8")
         if self.precision == "int8" and self.target != "cpu":
             raise ValueError("int8 graphs are for ONNX Runtime on a CPU (--target cpu); on a GPU use --precision fp16")
+        if self.generate_backend not in GENERATE_BACKENDS:
+            raise ValueError(f"generate backend must be one of {', '.join(GENERATE_BACKENDS)}, got {self.generate_backend!r}")
+        if self.generate_backend == "nmtserve" and not self.text_in_generate:
+            raise ValueError("the nmtserve backend serves generate with the text in it: not with --three-step-ensemble")
         if self.decoder_graph not in ("", *DECODER_GRAPHS):
             raise ValueError(f"decoder graph must be one of {', '.join(DECODER_GRAPHS)}, got {self.decoder_graph!r}")
         if self.decoder_graph == "fused" and self.target != "cpu":
@@ -249,7 +254,8 @@ def export(checkpoint: Path, opts: ExportOptions) -> ExportReport:
         repo_opts = RepositoryOptions(name=opts.name, max_batch=opts.max_batch,
                                       max_beam=max(graphs.DEFAULT_MAX_BEAM, opts.beam_size), target=opts.target,
                                       step_backend=opts.step_backend, graph_models=opts.graph_models,
-                                      text_in_generate=opts.text_in_generate, pair=opts.pair, **opts.limits)
+                                      text_in_generate=opts.text_in_generate, generate_backend=opts.generate_backend,
+                                      pair=opts.pair, **opts.limits)
         check_layout(opts.repository, repo_opts)
     except (ValueError, TypeError) as exc:
         raise ExportError(f"options: {exc}") from exc

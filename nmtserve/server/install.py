@@ -42,6 +42,12 @@ INSTALL_HINT = "pip install 'nmtserve[server]'"
 STUB_NAME = "triton_python_backend_stub"
 # The Python backend's own files: the backend library and the module the stub imports.
 PYTHON_BACKEND_FILES = ("libtriton_python.so", "triton_python_backend_utils.py")
+# nmtserve's own backend (native/triton/backend.cpp, built into nmtserve_native where libpython
+# was found): generate inside the server process (``export --generate-backend nmtserve``).
+NMTSERVE_BACKEND = "nmtserve"
+NMTSERVE_BACKEND_LIBRARY = "libtriton_nmtserve.so"
+# The interpreter the nmtserve backend embeds (its packages, this environment's).
+NMTSERVE_PYTHON_ENV = "NMTSERVE_PYTHON"
 # nvidia-pytriton's version says nothing about the Triton inside; the wheel's metadata does not
 # record it either (only the server's start-up banner prints it). Known pairs name the cache
 # directory after the Triton version; unknown ones fall back to the PyTriton version.
@@ -258,6 +264,16 @@ def prepare_backend_directory(install: TritonInstall, cache_dir: Path | None = N
         return _prepare_backend_directory(install, fallback)
 
 
+def nmtserve_backend_library() -> Path | None:
+    """``libtriton_nmtserve.so`` as nmtserve_native installed it; None where it was not built (no
+    libpython when nmtserve_native was built) or nmtserve_native is not installed."""
+    spec = util.find_spec("nmtserve_native")
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / "nmtserve_triton_backend" / NMTSERVE_BACKEND_LIBRARY
+    return path if path.is_file() else None
+
+
 def _prepare_backend_directory(install: TritonInstall, root: Path) -> Path:
     backends = root / "triton-backends" / install.triton_version / f"py{install.python_version}"
     python_dir = backends / "python"
@@ -265,6 +281,10 @@ def _prepare_backend_directory(install: TritonInstall, root: Path) -> Path:
     for name in PYTHON_BACKEND_FILES:
         _install_file(install.python_backend_dir / name, python_dir / name, 0o644)
     _install_file(install.stub, python_dir / STUB_NAME, 0o755)
+    library = nmtserve_backend_library()
+    if library is not None:
+        (backends / NMTSERVE_BACKEND).mkdir(exist_ok=True)
+        _install_file(library, backends / NMTSERVE_BACKEND / NMTSERVE_BACKEND_LIBRARY, 0o755)
     return backends
 
 def _server_env(install: TritonInstall, extra: dict[str, str]) -> dict[str, str]:
@@ -286,6 +306,7 @@ def _server_env(install: TritonInstall, extra: dict[str, str]) -> dict[str, str]
     if not (python_bin / "python3").exists():
         python_bin = Path(sys.executable).parent
     env["PATH"] = os.pathsep.join([str(python_bin), env.get("PATH", os.defpath)])
+    env.setdefault(NMTSERVE_PYTHON_ENV, sys.executable)
     return env
 
 def _system_has_libpython() -> bool:

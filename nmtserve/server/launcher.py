@@ -193,6 +193,23 @@ def check_model_repository(repository: Path) -> list[str]:
     return models
 
 
+def check_backends(repository: Path, models: list[str], backend_directory: Path) -> None:
+    """ServerError naming a model whose config asks for the nmtserve backend where the backend
+    directory has none (nmtserve_native built without libpython, or a system Triton install)."""
+    from .install import NMTSERVE_BACKEND, NMTSERVE_BACKEND_LIBRARY
+
+    if (backend_directory / NMTSERVE_BACKEND / NMTSERVE_BACKEND_LIBRARY).is_file():
+        return
+    wanting = [m for m in models if f'backend: "{NMTSERVE_BACKEND}"' in
+               (repository / m / "config.pbtxt").read_text(encoding="utf-8", errors="replace")]
+    if wanting:
+        raise ServerError(
+            f"{', '.join(wanting)} in {repository} run on the nmtserve backend (export --generate-backend "
+            f"nmtserve), which {backend_directory} lacks: install nmtserve_native where libpython{sys.version_info.major}."
+            f"{sys.version_info.minor} is found (a Python built with --enable-shared), or export with "
+            "--generate-backend python")
+
+
 # --------------------------------------------------------------------------------------------
 # Logs
 
@@ -357,6 +374,7 @@ class TritonServer:
         self._shm_prefix = leftovers.shm_prefix()
         install = self._install = self._install or find_tritonserver()
         backend_directory = prepare_backend_directory(install, config.cache_dir)
+        check_backends(config.model_repository, self._models, backend_directory)
         if _python_library_dir() is None and not _system_has_libpython():
             LOGGER.warning(
                 "libpython%s.so.1.0 was not found: Python-backend models will fail to start "
