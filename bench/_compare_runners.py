@@ -33,7 +33,7 @@ from _compare_setup import CT2_ROWS, MAX_SENTENCES, SLOW_ROWS, Counts, Decoder, 
 log = logging.getLogger("bench.compare")
 
 
-def export_repository(size: Size, repo: Path, threads: int, precision: str = "fp32") -> Path:
+def export_repository(size: Size, repo: Path, threads: int, precision: str = "fp32", backend: str = "python") -> Path:
     """``nmtserve export`` (Python API), then the served decode's CPU threads set to ``threads`` in
     all (``served_layout``). int8: the export's quality gate runs on the demo's held-out set; the
     base size (random weights, no references) is gated against its fp32 translations with the
@@ -49,7 +49,7 @@ def export_repository(size: Size, repo: Path, threads: int, precision: str = "fp
         gate = {"gate_source": source, "max_bleu_drop": 100.0}
     report = export(size.model_dir, ExportOptions(repository=repo, skip_parity=True, max_batch=MAX_SENTENCES,
                                                   max_target_len=size.counts.max_new_tokens or MAX_CAP,
-                                                  precision=precision, **gate))
+                                                  precision=precision, generate_backend=backend, **gate))
     suffix = "" if precision == "fp32" else f"_{precision}"
     size.info[f"export{suffix}_s"] = round(time.perf_counter() - started, 1)
     if precision != "fp32":

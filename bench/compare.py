@@ -157,9 +157,10 @@ def bench_size(size: Size, tmp: Path, args, results: Results) -> None:
     wanted, beams = args.rows, args.beams
     repo = repo_int8 = None
     if {"served", "served-early", "engine"} & set(wanted):
-        repo = export_repository(size, tmp / "repository", args.threads)
+        repo = export_repository(size, tmp / "repository", args.threads, backend=args.generate_backend)
     if {"served-int8", "served-int8-early"} & set(wanted):
-        repo_int8 = export_repository(size, tmp / "repository-int8", args.threads, precision="int8")
+        repo_int8 = export_repository(size, tmp / "repository-int8", args.threads, precision="int8",
+                                      backend=args.generate_backend)
     log_dir = RESULTS / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     runners: dict[str, Callable] = {
@@ -259,6 +260,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true",
                     help="smoke configuration (~3 min): few sentences, 8 clients, base size with 8 new tokens")
     ap.add_argument("--threads", type=int, default=2, help="intra-op threads of every engine (default 2)")
+    ap.add_argument("--generate-backend", choices=("python", "nmtserve"), default="python",
+                    help="the served rows' generate backend (export --generate-backend; default python)")
     ap.add_argument("--rounds", type=int, default=3,
                     help="alternating rounds of the fast rows (served, engine, CTranslate2), every row open at "
                          "once and the order rotated each round; ratios are the median of the per-round ratios "
@@ -314,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     info = {"machine": machine(), "versions": versions("torch", "onnxruntime", "ctranslate2", "transformers",
                                                         "nvidia-pytriton", "tritonclient", "numpy"),
             "settings": {"sizes": args.sizes, "beams": args.beams, "rows": args.rows, "quick": args.quick,
-                         "threads": args.threads,
+                         "threads": args.threads, "generate_backend": args.generate_backend,
                          "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(unset)"),
                          "engine_max_sentences": MAX_SENTENCES, "length_penalty": 1.0,
                          "ratios": "speed vs the named row, higher is faster: sentences/s ratio (bulk, "
