@@ -465,7 +465,7 @@ __attribute__((visibility("default"))) TRITONSERVER_Error* TRITONBACKEND_ModelIn
         out.parameters.emplace_back(key, type, "", *static_cast<const int64_t*>(value));
       } else if (type == TRITONSERVER_PARAMETER_BOOL) {
         out.parameters.emplace_back(key, type, "", *static_cast<const bool*>(value) ? 1 : 0);
-      }
+      }  // DOUBLE and BYTES parameters: none of nmtserve's models reads one
     }
     if (err != nullptr) {
       out.problem = TRITONSERVER_ErrorMessage(err);

@@ -134,7 +134,7 @@ class _Metric:
 
 def _utils_module() -> types.ModuleType:
     """The stand-in for ``triton_python_backend_utils``, on the backend's ``_nmtserve_triton``."""
-    import _nmtserve_triton as backend
+    import _nmtserve_triton as backend  # type: ignore[import-not-found]  # only inside the nmtserve backend
 
     class MetricFamily:
         """A Triton custom metric family (``/metrics``)."""

@@ -349,14 +349,14 @@ class GenerateModel:
             try:  # inputs are copied out here: they are freed when execute returns
                 inputs = stub.input_arrays(request)
                 get: Callable[[str], np.ndarray | None] = inputs.get
-                text = self.tokenize is not None and get(c.TEXT) is not None
+                tokenize = self.tokenize if get(c.TEXT) is not None else None
                 # The outputs parameter names the translate contract's outputs: a middle step's
                 # (tokenize -> generate -> detokenize) are all read by the next step.
-                wanted = (stub.wanted_outputs(request, self._text_outputs) if text
+                wanted = (stub.wanted_outputs(request, self._text_outputs) if tokenize is not None
                           else stub.wanted_outputs(request, self._id_outputs, narrow=False))
-                if text:
+                if tokenize is not None:
                     texts = {name: np.array(a, copy=True) for name in c.TEXT_INPUT_NAMES if (a := get(name)) is not None}
-                    texts.update(self.tokenize.arrays(texts.get))
+                    texts.update(tokenize.arrays(texts.get))
                     get = texts.get
                 sources = parse_sources(get(c.SRC_IDS), get(c.SRC_LEN), self.spec)
                 options = _search_options(inputs.get, self.spec, self.max_beam)
