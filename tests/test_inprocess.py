@@ -162,8 +162,11 @@ def test_a_repository_for_the_backend_is_refused_where_it_is_missing(servers, tm
     check_backends(repo, ["translate"], tmp_path)  # nothing there asks for it
 
 
-def test_the_nmtserve_backend_needs_text_in_generate(tmp_path):
+@pytest.mark.parametrize("other", [["--three-step-ensemble"], ["--target", "gpu"]])
+def test_the_nmtserve_backend_is_refused_where_it_does_not_apply(tmp_path, capsys, other):
     from nmtserve.cli import main
 
     assert main(["export", str(DEMO), "--repository", str(tmp_path / "r"), "--generate-backend", "nmtserve",
-                 "--three-step-ensemble", *DEMO_ARGS]) != 0
+                 *other, *DEMO_ARGS]) != 0
+    assert "the nmtserve backend serves" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()

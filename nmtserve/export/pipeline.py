@@ -105,6 +105,8 @@ class ExportOptions:
             raise ValueError(f"generate backend must be one of {', '.join(GENERATE_BACKENDS)}, got {self.generate_backend!r}")
         if self.generate_backend == "nmtserve" and not self.text_in_generate:
             raise ValueError("the nmtserve backend serves generate with the text in it: not with --three-step-ensemble")
+        if self.generate_backend == "nmtserve" and self.target != "cpu":
+            raise ValueError("the nmtserve backend serves the CPU target (the GPU image's Triton has no place for it yet)")
         if self.decoder_graph not in ("", *DECODER_GRAPHS):
             raise ValueError(f"decoder graph must be one of {', '.join(DECODER_GRAPHS)}, got {self.decoder_graph!r}")
         if self.decoder_graph == "fused" and self.target != "cpu":
