@@ -170,3 +170,24 @@ def test_the_nmtserve_backend_is_refused_where_it_does_not_apply(tmp_path, capsy
                  *other, *DEMO_ARGS]) != 0
     assert "the nmtserve backend serves" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("backend", [0, 1], ids=["nmtserve", "python"])
+def test_a_request_past_its_timeout_stops_decoding(servers, demo_sentences, backend):
+    """Triton does not tell an ensemble's step that its client went away: generate drops a request
+    once its timeout (Triton's, which the nmtserve client sends) has passed, on both backends."""
+    server = servers[backend]
+    client = grpcclient.InferenceServerClient(server.urls.grpc_address)
+    texts = (demo_sentences * 3)[:1000]  # 2-4 s of decoding on 2 cores
+    time.sleep(0.6)
+    before = _metric(server, "nmtserve_sentences_total")
+    with pytest.raises(InferenceServerException, match="Deadline Exceeded"):
+        client.infer("translate", [_tensor(c.TEXT, texts)], timeout=300_000, client_timeout=0.3)
+    started = time.monotonic()
+    while (_metric(server, "nmtserve_sentences_running") + _metric(server, "nmtserve_sentences_queued") > 0
+           or time.monotonic() - started < 0.6):
+        assert time.monotonic() - started < 5, "the request decodes on after its timeout"
+        time.sleep(0.1)
+    assert _metric(server, "nmtserve_sentences_total") - before < 900  # dropped, not decoded to the end
+    answer = client.infer("translate", [_tensor(c.TEXT, ["I have 3 cats."])], timeout=5_000_000)
+    assert answer.as_numpy(c.TRANSLATION).tolist() == [b"J'ai 3 chats."]

@@ -412,6 +412,7 @@ __attribute__((visibility("default"))) TRITONSERVER_Error* TRITONBACKEND_ModelIn
     std::vector<std::string> outputs;
     std::vector<std::tuple<std::string, TRITONSERVER_ParameterType, std::string, int64_t>> parameters;
     TRITONBACKEND_ResponseFactory* factory = nullptr;
+    uint64_t timeout_us = 0;  // 0: none
     std::string problem;
   };
   std::vector<Read> read(count);
@@ -452,6 +453,7 @@ __attribute__((visibility("default"))) TRITONSERVER_Error* TRITONBACKEND_ModelIn
       err = TRITONBACKEND_RequestOutputName(request, i, &name);
       if (err == nullptr) out.outputs.emplace_back(name);
     }
+    if (err == nullptr) err = TRITONBACKEND_InferenceRequestTimeoutMicroseconds(request, &out.timeout_us);
     if (err == nullptr) err = TRITONBACKEND_RequestParameterCount(request, &n);
     for (uint32_t i = 0; err == nullptr && i < n; ++i) {
       const char* key = nullptr;
@@ -492,7 +494,7 @@ __attribute__((visibility("default"))) TRITONSERVER_Error* TRITONBACKEND_ModelIn
         else if (type == TRITONSERVER_PARAMETER_BOOL) parameters[py::str(key)] = number != 0;
         else parameters[py::str(key)] = number;
       }
-      batch.append(py::make_tuple(inputs, one.outputs, parameters, py::cast(std::move(factory))));
+      batch.append(py::make_tuple(inputs, one.outputs, parameters, py::cast(std::move(factory)), one.timeout_us));
     } catch (const std::exception& e) {
       if (factory) factory->send_error(TRITONSERVER_ERROR_INVALID_ARG, e.what());
     }

@@ -98,13 +98,14 @@ class ResponseSender:
 
 class InferenceRequest:
     """A request as ``execute`` sees it: its inputs, the outputs Triton asks for, its parameters
-    (JSON, as the Python backend gives them) and its response sender."""
+    (JSON, as the Python backend gives them), its timeout and its response sender."""
 
-    __slots__ = ("_inputs", "_outputs", "_parameters", "_sender")
+    __slots__ = ("_inputs", "_outputs", "_parameters", "_sender", "_timeout")
 
-    def __init__(self, inputs: dict[str, np.ndarray], outputs: list[str], parameters: dict, factory) -> None:
+    def __init__(self, inputs: dict[str, np.ndarray], outputs: list[str], parameters: dict, factory,
+                 timeout_us: int = 0) -> None:
         self._inputs, self._outputs, self._parameters = inputs, outputs, parameters
-        self._sender = ResponseSender(factory)
+        self._sender, self._timeout = ResponseSender(factory), timeout_us
 
     def inputs(self) -> list[Tensor]:
         return [Tensor(name, array) for name, array in self._inputs.items()]
@@ -117,6 +118,10 @@ class InferenceRequest:
 
     def get_response_sender(self) -> ResponseSender:
         return self._sender
+
+    def timeout(self) -> int:
+        """Triton's timeout of the request, microseconds (0: none)."""
+        return self._timeout
 
 
 class _Metric:
@@ -169,7 +174,7 @@ class Loaded:
         self.model = model
 
     def execute_batch(self, batch: list[tuple]) -> None:
-        """``(inputs, requested outputs, parameters, factory)`` per request, as the backend read them."""
+        """``(inputs, requested outputs, parameters, factory, timeout)`` per request, as the backend read them."""
         self.model.execute([InferenceRequest(*one) for one in batch])
 
     def finalize(self) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -323,7 +324,7 @@ class GenerateModel:
         # What a request may read (stub.wanted_outputs): with TEXT in process, detokenize's outputs.
         self._id_outputs = [t.name for t in c.GENERATE_OUTPUTS]
         self._text_outputs = [t.name for t in c.TRANSLATE_OUTPUTS]
-        self._waiting: dict[int, tuple] = {}  # id -> (response sender, cancel event)
+        self._waiting: dict[int, tuple] = {}  # id -> (response sender, cancel event, deadline or None)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         compiled_step = getattr(runtime, "native_step", None) is not None
@@ -368,8 +369,12 @@ class GenerateModel:
                 continue
             cancel = threading.Event()
             key = id(cancel)
+            # The request's timeout (Triton's, microseconds; the nmtserve client sends its own):
+            # past it the client has given up, and an ensemble does not pass its cancellation on.
+            timeout_us = request.timeout()
+            deadline = time.monotonic() + timeout_us / 1e6 if timeout_us else None
             with self._lock:
-                self._waiting[key] = (sender, cancel)
+                self._waiting[key] = (sender, cancel, deadline)
             try:
                 self.engine.submit(sources, options, self._responder(key, sender, options.num_hypotheses, texts, wanted),
                                    cancelled=cancel.is_set, prefixes=prefixes, constraints=constraints)
@@ -422,9 +427,13 @@ class GenerateModel:
                 log.exception("could not report metrics")
             # Under the lock: a response is sent only after its entry left ``_waiting`` (also under
             # the lock), and asking a completed sender whether it was cancelled crashes the server.
+            # A request past its timeout is dropped as a cancelled one: Triton does not tell
+            # an ensemble's step that its client went away (bench/RESULTS.md "Session 31": a
+            # 1,000-sentence request decoded to the end after its client gave up at 0.3 s).
+            now = time.monotonic()
             with self._lock:
-                for sender, cancel in self._waiting.values():
-                    if not cancel.is_set() and sender.is_cancelled():
+                for sender, cancel, deadline in self._waiting.values():
+                    if not cancel.is_set() and ((deadline is not None and now > deadline) or sender.is_cancelled()):
                         cancel.set()
 
     def _drain_on(self, flag: Path) -> None:
