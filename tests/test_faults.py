@@ -1,4 +1,5 @@
-"""Faults under load: the `generate` stub process killed mid-load, on `nmtserve serve` (serve_forever).
+"""Faults under load: the `generate` stub process killed mid-load, on `nmtserve serve` (serve_forever);
+with generate in the server's process (`export --generate-backend nmtserve`), the server killed.
 
 Triton keeps reporting a model whose Python stub died as ready while its requests hang or fail
 ("Stub process ... is not healthy"); serve_forever notices the death, restarts tritonserver, and
@@ -39,6 +40,34 @@ def _stub_pid(server_pid: int, instance: str) -> int | None:
 
 def test_killing_the_generate_stub_under_load_loses_nothing(demo_repository, demo_checkpoint, demo_sentences,
                                                             tmp_path):
+    def kill(server_pid: int) -> None:
+        stub = _stub_pid(server_pid, "generate_0_0")
+        assert stub is not None, "no generate stub process found"
+        os.kill(stub, signal.SIGKILL)
+
+    _killed_under_load(demo_repository, demo_checkpoint, demo_sentences, tmp_path, kill)
+
+
+def test_a_crash_of_generate_in_the_server_process_under_load_loses_nothing(demo_checkpoint, demo_sentences,
+                                                                             tmp_path):
+    """``export --generate-backend nmtserve``: generate runs inside tritonserver, so a crash of
+    the model is a crash of the server (a segfault, SIGSEGV here); serve_forever restarts it, and
+    the client retries what failed meanwhile."""
+    from nmtserve.cli import main
+    from nmtserve.server.install import nmtserve_backend_library
+
+    if nmtserve_backend_library() is None:
+        pytest.skip("nmtserve_native was built without libpython: no nmtserve backend")
+    repo = tmp_path / "repository"
+    demo = Path(__file__).resolve().parents[1] / "models" / "en-fr-numbers"
+    assert main(["export", str(demo), "--repository", str(repo), "--generate-backend", "nmtserve", "--skip-parity",
+                 "--max-target-len", "128", "--max-source-len", "128", "--max-batch", "32"]) == 0
+    _killed_under_load(repo, demo_checkpoint, demo_sentences, tmp_path, lambda server_pid: os.kill(server_pid, signal.SIGSEGV))
+
+
+def _killed_under_load(repository: Path, demo_checkpoint, demo_sentences, tmp_path: Path, kill) -> None:
+    """12 clients translate through serve_forever while ``kill(server_pid)`` strikes: every client
+    finishes, every answer is its own sentence's reference translation, some come after the restart."""
     from helpers import DEFAULTS
 
     from nmtserve.client import Translator
@@ -53,7 +82,7 @@ def test_killing_the_generate_stub_under_load_loses_nothing(demo_repository, dem
         import sys
         from pathlib import Path
         from nmtserve.server.launcher import ServerConfig, serve_forever
-        sys.exit(serve_forever(ServerConfig(model_repository=Path({str(demo_repository)!r}), http_port={http},
+        sys.exit(serve_forever(ServerConfig(model_repository=Path({str(repository)!r}), http_port={http},
                  grpc_port={grpc}, metrics_port={metrics}, log_file=Path({str(tmp_path / "serve.log")!r}))))
         """)
     serve = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -96,9 +125,7 @@ def test_killing_the_generate_stub_under_load_loses_nothing(demo_repository, dem
             t.start()
         time.sleep(3)
         before = len(results)
-        stub = _stub_pid(server_pid, "generate_0_0")
-        assert stub is not None, "no generate stub process found"
-        os.kill(stub, signal.SIGKILL)
+        kill(server_pid)
         if not restarted.wait(120):
             serve.send_signal(signal.SIGINT)
             try:

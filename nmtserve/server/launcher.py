@@ -193,21 +193,21 @@ def check_model_repository(repository: Path) -> list[str]:
     return models
 
 
-def check_backends(repository: Path, models: list[str], backend_directory: Path) -> None:
-    """ServerError naming a model whose config asks for the nmtserve backend where the backend
-    directory has none (nmtserve_native built without libpython, or a system Triton install)."""
+def check_backends(repository: Path, models: list[str], backend_directory: Path) -> list[str]:
+    """The models whose config asks for the nmtserve backend (they run in the server's process);
+    ServerError naming them where the backend directory has none (nmtserve_native built without
+    libpython, or a system Triton install)."""
     from .install import NMTSERVE_BACKEND, NMTSERVE_BACKEND_LIBRARY
 
-    if (backend_directory / NMTSERVE_BACKEND / NMTSERVE_BACKEND_LIBRARY).is_file():
-        return
     wanting = [m for m in models if f'backend: "{NMTSERVE_BACKEND}"' in
                (repository / m / "config.pbtxt").read_text(encoding="utf-8", errors="replace")]
-    if wanting:
+    if wanting and not (backend_directory / NMTSERVE_BACKEND / NMTSERVE_BACKEND_LIBRARY).is_file():
         raise ServerError(
             f"{', '.join(wanting)} in {repository} run on the nmtserve backend (export --generate-backend "
             f"nmtserve), which {backend_directory} lacks: install nmtserve_native where libpython{sys.version_info.major}."
             f"{sys.version_info.minor} is found (a Python built with --enable-shared), or export with "
             "--generate-backend python")
+    return wanting
 
 
 # --------------------------------------------------------------------------------------------
@@ -306,6 +306,7 @@ class TritonServer:
         self._python_envs_before: set[Path] | None = None  # None: nothing to diff (not started, or recorded)
         self._python_env_record: Path | None = None
         self._models: list[str] = []  # what Triton loads (check_model_repository, at start)
+        self.in_process_models: list[str] = []  # of those, the ones on the nmtserve backend (check_backends)
         self.stop_notes: list[str] = []  # what the last stop did, for the console
 
     # -- properties
@@ -374,7 +375,7 @@ class TritonServer:
         self._shm_prefix = leftovers.shm_prefix()
         install = self._install = self._install or find_tritonserver()
         backend_directory = prepare_backend_directory(install, config.cache_dir)
-        check_backends(config.model_repository, self._models, backend_directory)
+        self.in_process_models = check_backends(config.model_repository, self._models, backend_directory)
         if _python_library_dir() is None and not _system_has_libpython():
             LOGGER.warning(
                 "libpython%s.so.1.0 was not found: Python-backend models will fail to start "
@@ -755,6 +756,10 @@ class _SignalRelay:
                 pass
 
 
+# Signals of a crash (not of a stop, nor of the kernel's out-of-memory killer: SIGKILL).
+CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL})
+
+
 def serve_forever(config: ServerConfig, out: TextIO | None = None) -> int:
     """Run the server until SIGINT/SIGTERM; return the process exit code for the CLI.
 
@@ -797,8 +802,13 @@ def serve_forever(config: ServerConfig, out: TextIO | None = None) -> int:
             dead = sorted(name for pid, name in stubs.items() if not _process_alive(pid))
             # A stub killed while it holds the shared-memory lock can take tritonserver down with
             # it (boost::interprocess::lock_exception, then abort): that is the stub's death, and
-            # restarted as one. Any other exit (killed, crashed with its stubs alive) is reported.
-            taken_down = code == -signal.SIGABRT and bool(dead)
+            # restarted as one. A crash of a model that runs in the server's process (the nmtserve
+            # backend) is the server's crash: restarted the same way. Any other exit (killed,
+            # crashed with its stubs alive and no model in process) is reported.
+            crashed = (code is not None and -code in CRASH_SIGNALS and bool(server.in_process_models))
+            if crashed:
+                dead = [f"{', '.join(server.in_process_models)} (in the server's process)"]
+            taken_down = (code == -signal.SIGABRT and bool(dead)) or crashed
             if code is not None and not taken_down:
                 print(f"nmtserve: {server.exit_report('while serving')}", file=sys.stderr)
                 if code == 0:  # exiting unasked is a failure even when Triton calls it success
@@ -809,9 +819,10 @@ def serve_forever(config: ServerConfig, out: TextIO | None = None) -> int:
                 # ("Stub process ... is not healthy") from now on: start afresh. Clients see
                 # UNAVAILABLE / refused connections meanwhile, which nmtserve's client retries.
                 if code is not None:
-                    print(f"nmtserve: {server.exit_report('after a Python stub died')}", file=sys.stderr)
-                print(f"nmtserve: the Python stub process of {', '.join(dead)} died; restarting tritonserver",
-                      file=sys.stderr, flush=True)
+                    why = "after a model in its process crashed" if crashed else "after a Python stub died"
+                    print(f"nmtserve: {server.exit_report(why)}", file=sys.stderr)
+                print(f"nmtserve: {'a crash of' if crashed else 'the Python stub process of'} {', '.join(dead)} "
+                      f"{'took it down' if crashed else 'died'}; restarting tritonserver", file=sys.stderr, flush=True)
                 elapsed = _restart(server, stop_requested)
                 if elapsed is None:
                     return 0 if stop_requested.is_set() else 1
