@@ -210,7 +210,9 @@ class PairRouterModel(_FrontDoor):
                 inputs = [pb_utils.Tensor(t.name, np.array(value)) for t in c.TRANSLATE_INPUTS
                           if (value := given.get(t.name)) is not None]
                 outputs = list(request.requested_output_names())
-                parameters = _forwarded(request.parameters())
+                # The outputs parameter goes on to the pair's ensemble, whose steps read it.
+                named = stub.outputs_parameter(request.parameters())
+                parameters = {} if named is None else {c.OUTPUTS_PARAMETER: named}
             except InputError as exc:
                 stub.send_final(sender, pb_utils.InferenceResponse(error=stub.error(str(exc))))
                 continue
@@ -230,20 +232,6 @@ class PairRouterModel(_FrontDoor):
             response = pb_utils.InferenceResponse(error=stub.error(f"routing to {model} failed: {exc}", invalid=False))
         stub.send_final(sender, response)
 
-
-
-def _forwarded(raw: str) -> dict:
-    """Of a request's parameters (their JSON text), what the router hands on to the pair's
-    ensemble: the outputs parameter, which its steps read (contract.OUTPUTS_PARAMETER)."""
-    if c.OUTPUTS_PARAMETER not in raw:
-        return {}
-    value = json.loads(raw).get(c.OUTPUTS_PARAMETER)
-    if value is None:
-        return {}
-    if not isinstance(value, str):
-        raise InputError(f"the '{c.OUTPUTS_PARAMETER}' parameter must be a string of comma-separated output names, "
-                         f"got {value!r}")
-    return {c.OUTPUTS_PARAMETER: value}
 
 
 def _language(given: dict[str, np.ndarray], name: str) -> str | None:

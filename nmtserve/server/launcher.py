@@ -805,24 +805,25 @@ def serve_forever(config: ServerConfig, out: TextIO | None = None) -> int:
             # restarted as one. A crash of a model that runs in the server's process (the nmtserve
             # backend) is the server's crash: restarted the same way. Any other exit (killed,
             # crashed with its stubs alive and no model in process) is reported.
-            crashed = (code is not None and -code in CRASH_SIGNALS and bool(server.in_process_models))
-            if crashed:
-                dead = [f"{', '.join(server.in_process_models)} (in the server's process)"]
+            crashed = code is not None and -code in CRASH_SIGNALS and bool(server.in_process_models)
             taken_down = (code == -signal.SIGABRT and bool(dead)) or crashed
             if code is not None and not taken_down:
                 print(f"nmtserve: {server.exit_report('while serving')}", file=sys.stderr)
                 if code == 0:  # exiting unasked is a failure even when Triton calls it success
                     return 1
                 return 128 - code if code < 0 else code
-            if dead:
+            if dead or crashed:
                 # Triton keeps reporting the model ready, but its requests would hang or fail
                 # ("Stub process ... is not healthy") from now on: start afresh. Clients see
                 # UNAVAILABLE / refused connections meanwhile, which nmtserve's client retries.
+                if crashed:
+                    when = "after a model in its process crashed"
+                    cause = f"a crash of {', '.join(server.in_process_models)} (in the server's process) took it down"
+                else:
+                    when, cause = "after a Python stub died", f"the Python stub process of {', '.join(dead)} died"
                 if code is not None:
-                    why = "after a model in its process crashed" if crashed else "after a Python stub died"
-                    print(f"nmtserve: {server.exit_report(why)}", file=sys.stderr)
-                print(f"nmtserve: {'a crash of' if crashed else 'the Python stub process of'} {', '.join(dead)} "
-                      f"{'took it down' if crashed else 'died'}; restarting tritonserver", file=sys.stderr, flush=True)
+                    print(f"nmtserve: {server.exit_report(when)}", file=sys.stderr)
+                print(f"nmtserve: {cause}; restarting tritonserver", file=sys.stderr, flush=True)
                 elapsed = _restart(server, stop_requested)
                 if elapsed is None:
                     return 0 if stop_requested.is_set() else 1

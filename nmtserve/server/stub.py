@@ -55,6 +55,21 @@ def input_arrays(request) -> dict[str, np.ndarray]:
     return {tensor.name(): tensor.as_numpy() for tensor in request.inputs()}
 
 
+def outputs_parameter(raw: str) -> str | None:
+    """A request's ``outputs`` parameter (contract.OUTPUTS_PARAMETER) from its parameters' JSON
+    text, or None without one; InputError when it is not a string."""
+    from ..contract import OUTPUTS_PARAMETER
+    from .protocol import InputError
+
+    if OUTPUTS_PARAMETER not in raw:  # most requests carry no parameter ("{}")
+        return None
+    value = json.loads(raw).get(OUTPUTS_PARAMETER)
+    if value is not None and not isinstance(value, str):
+        raise InputError(f"the '{OUTPUTS_PARAMETER}' parameter must be a string of comma-separated output "
+                         f"names, got {value!r}")
+    return value
+
+
 def wanted_outputs(request, outputs: Collection[str], narrow: bool = True) -> frozenset[str] | None:
     """The outputs of ``outputs`` (the model's) that ``request`` will read, or None for all: those
     Triton asks for (all through an ensemble), narrowed (``narrow``: a model that answers the
@@ -64,12 +79,8 @@ def wanted_outputs(request, outputs: Collection[str], narrow: bool = True) -> fr
     from .protocol import InputError
 
     wanted = set(request.requested_output_names())
-    raw = request.parameters() if narrow else ""
-    if OUTPUTS_PARAMETER in raw:  # a JSON object's text; most requests carry none ("{}")
-        value = json.loads(raw).get(OUTPUTS_PARAMETER)
-        if not isinstance(value, str):
-            raise InputError(f"the '{OUTPUTS_PARAMETER}' parameter must be a string of comma-separated output "
-                             f"names, got {value!r}")
+    value = outputs_parameter(request.parameters()) if narrow else None
+    if value is not None:
         named = {name.strip() for name in value.split(",")} - {""}
         unknown = sorted(named - set(outputs))
         if unknown or not named:
