@@ -33,7 +33,7 @@ from _compare_setup import CT2_ROWS, MAX_SENTENCES, SLOW_ROWS, Counts, Decoder, 
 log = logging.getLogger("bench.compare")
 
 
-def export_repository(size: Size, repo: Path, threads: int, precision: str = "fp32", backend: str = "python") -> Path:
+def export_repository(size: Size, repo: Path, threads: int, precision: str = "fp32", backend: str = "") -> Path:
     """``nmtserve export`` (Python API), then the served decode's CPU threads set to ``threads`` in
     all (``served_layout``). int8: the export's quality gate runs on the demo's held-out set; the
     base size (random weights, no references) is gated against its fp32 translations with the

@@ -260,8 +260,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true",
                     help="smoke configuration (~3 min): few sentences, 8 clients, base size with 8 new tokens")
     ap.add_argument("--threads", type=int, default=2, help="intra-op threads of every engine (default 2)")
-    ap.add_argument("--generate-backend", choices=("python", "nmtserve"), default="python",
-                    help="the served rows' generate backend (export --generate-backend; default python)")
+    ap.add_argument("--generate-backend", choices=("python", "nmtserve"), default="",
+                    help="the served rows' generate backend (export --generate-backend; default: export's, nmtserve "
+                         "where nmtserve_native has it)")
     ap.add_argument("--rounds", type=int, default=3,
                     help="alternating rounds of the fast rows (served, engine, CTranslate2), every row open at "
                          "once and the order rotated each round; ratios are the median of the per-round ratios "
@@ -303,6 +304,13 @@ def run_sizes(args, results: Results) -> dict:
     return sizes
 
 
+def served_generate_backend(asked: str) -> str:
+    """The backend the served rows' export gives ``generate`` (``asked``, or export's choice)."""
+    from nmtserve.export.pipeline import ExportOptions
+
+    return ExportOptions(repository=Path("."), generate_backend=asked).served_generate_backend()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.omp_wait_policy != "keep":  # before torch / ctranslate2 load their OpenMP runtimes
@@ -317,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     info = {"machine": machine(), "versions": versions("torch", "onnxruntime", "ctranslate2", "transformers",
                                                         "nvidia-pytriton", "tritonclient", "numpy"),
             "settings": {"sizes": args.sizes, "beams": args.beams, "rows": args.rows, "quick": args.quick,
-                         "threads": args.threads, "generate_backend": args.generate_backend,
+                         "threads": args.threads, "generate_backend": served_generate_backend(args.generate_backend),
                          "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(unset)"),
                          "engine_max_sentences": MAX_SENTENCES, "length_penalty": 1.0,
                          "ratios": "speed vs the named row, higher is faster: sentences/s ratio (bulk, "

@@ -293,11 +293,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--three-step-ensemble", dest="text_in_generate", action="store_false",
                    help="serve `translate` as tokenize -> generate -> detokenize, three processes (default: one "
                         "step, `generate` tokenizing and detokenizing itself: a one-sentence request ~10%% sooner)")
-    p.add_argument("--generate-backend", choices=("python", "nmtserve"), default="python",
-                   help="the Triton backend `generate` runs on: python (the Python backend: a stub process of its "
-                        "own) or nmtserve (nmtserve_native's backend: in the server process, no stub and no "
-                        "shared-memory round trip a request; demo served: p50 ~6%% sooner, 64 one-sentence "
-                        "clients ~10%% more sentences/s; the launcher's tritonserver only)")
+    p.add_argument("--generate-backend", choices=("python", "nmtserve"), default="",
+                   help="the Triton backend `generate` runs on: nmtserve (nmtserve_native's backend: in the server "
+                        "process, no stub and no shared-memory round trip a request; demo served: p50 ~6%% sooner, "
+                        "64 one-sentence clients ~10%% more sentences/s; `nmtserve serve` and the CPU image) or "
+                        "python (the Python backend: a stub process of its own). Default: nmtserve for --target cpu "
+                        "where nmtserve_native has it, else python")
     p.add_argument("--graph-models", action="store_true",
                    help="also serve the encoder/decoder graphs as Triton models `encoder`/`decoder` for custom "
                         "decode loops (CPU target; a process and a copy of the weights each)")

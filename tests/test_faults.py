@@ -38,31 +38,37 @@ def _stub_pid(server_pid: int, instance: str) -> int | None:
     return None
 
 
-def test_killing_the_generate_stub_under_load_loses_nothing(demo_repository, demo_checkpoint, demo_sentences,
-                                                            tmp_path):
+def _export(tmp_path: Path, backend: str) -> Path:
+    from nmtserve.cli import main
+
+    repo = tmp_path / "repository"
+    demo = Path(__file__).resolve().parents[1] / "models" / "en-fr-numbers"
+    assert main(["export", str(demo), "--repository", str(repo), "--generate-backend", backend, "--skip-parity",
+                 "--max-target-len", "128", "--max-source-len", "128", "--max-batch", "32"]) == 0
+    return repo
+
+
+def test_killing_the_generate_stub_under_load_loses_nothing(demo_checkpoint, demo_sentences, tmp_path):
+    """``export --generate-backend python`` (the GPU target's, and the CPU target's where
+    nmtserve_native has no nmtserve backend): generate runs in a stub process of its own."""
     def kill(server_pid: int) -> None:
         stub = _stub_pid(server_pid, "generate_0_0")
         assert stub is not None, "no generate stub process found"
         os.kill(stub, signal.SIGKILL)
 
-    _killed_under_load(demo_repository, demo_checkpoint, demo_sentences, tmp_path, kill)
+    _killed_under_load(_export(tmp_path, "python"), demo_checkpoint, demo_sentences, tmp_path, kill)
 
 
-def test_a_crash_of_generate_in_the_server_process_under_load_loses_nothing(demo_checkpoint, demo_sentences,
-                                                                             tmp_path):
-    """``export --generate-backend nmtserve``: generate runs inside tritonserver, so a crash of
-    the model is a crash of the server (a segfault, SIGSEGV here); serve_forever restarts it, and
-    the client retries what failed meanwhile."""
-    from nmtserve.cli import main
-    from nmtserve.server.install import nmtserve_backend_library
-
-    if nmtserve_backend_library() is None:
-        pytest.skip("nmtserve_native was built without libpython: no nmtserve backend")
-    repo = tmp_path / "repository"
-    demo = Path(__file__).resolve().parents[1] / "models" / "en-fr-numbers"
-    assert main(["export", str(demo), "--repository", str(repo), "--generate-backend", "nmtserve", "--skip-parity",
-                 "--max-target-len", "128", "--max-source-len", "128", "--max-batch", "32"]) == 0
-    _killed_under_load(repo, demo_checkpoint, demo_sentences, tmp_path, lambda server_pid: os.kill(server_pid, signal.SIGSEGV))
+def test_a_crash_of_generate_in_the_server_process_under_load_loses_nothing(demo_repository, demo_checkpoint,
+                                                                             demo_sentences, tmp_path):
+    """The CPU target's default where nmtserve_native has it (``export --generate-backend
+    nmtserve``): generate runs inside tritonserver, so a crash of the model is a crash of the
+    server (a segfault, SIGSEGV here); serve_forever restarts it, and the client retries what
+    failed meanwhile."""
+    if 'backend: "nmtserve"' not in (demo_repository / "generate" / "config.pbtxt").read_text():
+        pytest.skip("nmtserve_native was built without libpython: the demo's generate runs on the Python backend")
+    _killed_under_load(demo_repository, demo_checkpoint, demo_sentences, tmp_path,
+                       lambda server_pid: os.kill(server_pid, signal.SIGSEGV))
 
 
 def _killed_under_load(repository: Path, demo_checkpoint, demo_sentences, tmp_path: Path, kill) -> None:

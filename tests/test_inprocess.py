@@ -37,16 +37,17 @@ DEMO_ARGS = ["--max-target-len", "128", "--max-source-len", "128", "--max-batch"
 
 @pytest.fixture(scope="module")
 def servers(demo_repository, tmp_path_factory):
-    """(in-process server, Python-backend server): the demo exported both ways."""
+    """(in-process server, Python-backend server): the demo exported both ways (the in-process
+    one is the CPU target's default, as the session's demo repository was exported)."""
     from nmtserve.cli import main
     from nmtserve.server.launcher import ServerConfig, TritonServer
 
-    repo = tmp_path_factory.mktemp("inprocess") / "model_repository"
-    assert main(["export", str(DEMO), "--repository", str(repo), "--generate-backend", "nmtserve", *DEMO_ARGS]) == 0
-    assert 'backend: "nmtserve"' in (repo / "generate" / "config.pbtxt").read_text()
-    assert 'backend: "python"' in (demo_repository / "generate" / "config.pbtxt").read_text()
-    inprocess = TritonServer(ServerConfig.on_free_ports(repo))
-    python = TritonServer(ServerConfig.on_free_ports(demo_repository))
+    repo = tmp_path_factory.mktemp("python") / "model_repository"
+    assert main(["export", str(DEMO), "--repository", str(repo), "--generate-backend", "python", *DEMO_ARGS]) == 0
+    assert 'backend: "python"' in (repo / "generate" / "config.pbtxt").read_text()
+    assert 'backend: "nmtserve"' in (demo_repository / "generate" / "config.pbtxt").read_text()
+    inprocess = TritonServer(ServerConfig.on_free_ports(demo_repository))
+    python = TritonServer(ServerConfig.on_free_ports(repo))
     with inprocess, python:
         inprocess.wait_until_ready(120)
         python.wait_until_ready(120)

@@ -198,6 +198,35 @@ def test_backend_directory_repairs_a_damaged_copy(install: TritonInstall, tmp_pa
     assert stub.read_bytes() == install.stub.read_bytes()
 
 
+def test_a_full_installs_backends_are_linked_beside_nmtserves(tmp_path: Path, monkeypatch) -> None:
+    """The NGC image's /opt/tritonserver/backends holds every backend but nmtserve's: the launcher
+    serves a directory of links to each of them beside nmtserve's, made again idempotently; with
+    no nmtserve backend (or one already there) the install's own directory, as it is."""
+    import dataclasses
+
+    root = tmp_path / "opt-tritonserver"
+    for name in ("python", "tensorrt"):
+        (root / "backends" / name).mkdir(parents=True)
+        (root / "backends" / name / f"libtriton_{name}.so").write_bytes(name.encode())
+    library = tmp_path / "built" / "libtriton_nmtserve.so"
+    library.parent.mkdir()
+    library.write_bytes(b"ours")
+    system = dataclasses.replace(find_tritonserver(), root=root, system=True)
+    monkeypatch.setattr(install_module, "nmtserve_backend_library", lambda: library)
+
+    backends = prepare_backend_directory(system, tmp_path / "cache")
+    assert backends.is_relative_to(tmp_path / "cache") and backends != root / "backends"
+    assert sorted(p.name for p in backends.iterdir()) == ["nmtserve", "python", "tensorrt"]
+    assert (backends / "tensorrt").readlink() == root / "backends" / "tensorrt"
+    assert (backends / "python" / "libtriton_python.so").read_bytes() == b"python"
+    assert (backends / "nmtserve" / "libtriton_nmtserve.so").read_bytes() == b"ours"
+    assert prepare_backend_directory(system, tmp_path / "cache") == backends  # again: the same links
+    assert sorted(p.name for p in backends.iterdir()) == ["nmtserve", "python", "tensorrt"]
+
+    monkeypatch.setattr(install_module, "nmtserve_backend_library", lambda: None)
+    assert prepare_backend_directory(system, tmp_path / "cache") == root / "backends"
+
+
 # -- failures and shutdown
 
 

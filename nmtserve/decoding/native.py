@@ -22,13 +22,30 @@ A batch takes the compiled step when the module is importable, ``NMTSERVE_NATIVE
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import os
+from pathlib import Path
 from types import ModuleType
 
 log = logging.getLogger(__name__)
 
 ABI = 11  # the nmtserve_native.ABI this module was written for
+
+
+# nmtserve's Triton backend (native/triton/backend.cpp), installed beside the module where it was
+# built with libpython: ``generate`` inside the server process (nmtserve.server.install).
+TRITON_BACKEND_LIBRARY = "libtriton_nmtserve.so"
+
+
+def triton_backend_library() -> Path | None:
+    """``libtriton_nmtserve.so`` as nmtserve_native installed it; None where it was not built (no
+    libpython when nmtserve_native was built) or nmtserve_native is not installed."""
+    spec = importlib.util.find_spec("nmtserve_native")
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / "nmtserve_triton_backend" / TRITON_BACKEND_LIBRARY
+    return path if path.is_file() else None
 
 
 def _load() -> ModuleType | None:

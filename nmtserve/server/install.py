@@ -36,6 +36,9 @@ from dataclasses import dataclass
 from importlib import metadata, util
 from pathlib import Path
 
+from ..decoding.native import TRITON_BACKEND_LIBRARY as NMTSERVE_BACKEND_LIBRARY
+from ..decoding.native import triton_backend_library as nmtserve_backend_library
+
 LOGGER = logging.getLogger("nmtserve.server.launcher")
 
 INSTALL_HINT = "pip install 'nmtserve[server]'"
@@ -45,7 +48,6 @@ PYTHON_BACKEND_FILES = ("libtriton_python.so", "triton_python_backend_utils.py")
 # nmtserve's own backend (native/triton/backend.cpp, built into nmtserve_native where libpython
 # was found): generate inside the server process (``export --generate-backend nmtserve``).
 NMTSERVE_BACKEND = "nmtserve"
-NMTSERVE_BACKEND_LIBRARY = "libtriton_nmtserve.so"
 # The interpreter the nmtserve backend embeds (its packages, this environment's).
 NMTSERVE_PYTHON_ENV = "NMTSERVE_PYTHON"
 # nvidia-pytriton's version says nothing about the Triton inside; the wheel's metadata does not
@@ -79,7 +81,8 @@ class TritonInstall:
     triton_version: str
     python_version: str  # "3.11": the stub matches the running interpreter
     # A full Triton install (the NGC image's /opt/tritonserver): its backends directory holds
-    # every backend (tensorrt, python with its stub) and is used as it is.
+    # every backend (tensorrt, python with its stub) and is used as it is, or linked beside
+    # nmtserve's backend where nmtserve_native has one (prepare_backend_directory).
     system: bool = False
 
 
@@ -239,14 +242,18 @@ def prepare_backend_directory(install: TritonInstall, cache_dir: Path | None = N
     The layout is ``<cache_dir>/triton-backends/<triton version>/py<major.minor>/python/``;
     cache_dir defaults to default_cache_dir(). The Python version is part of the path because
     the stub is built for one version and environments of several versions may share a cache.
-    Nothing is written into site-packages.
+    Nothing is written into site-packages. A full install (``install.system``) keeps its own
+    backends; where nmtserve_native has nmtserve's backend and the install does not, they are
+    linked beside it under ``<cache_dir>/triton-backends/system-<hash>/`` (_linked_backend_directory).
     """
-    if install.system:  # a full install's own backends (tensorrt, python and its stub), as they are
-        return install.root / "backends"
+    own = install.root / "backends"
+    library = nmtserve_backend_library()
+    if install.system and (library is None or (own / NMTSERVE_BACKEND / NMTSERVE_BACKEND_LIBRARY).is_file()):
+        return own  # a full install's own backends (tensorrt, python and its stub), as they are
     explicit = cache_dir is not None
     root = Path(cache_dir).expanduser() if explicit else default_cache_dir()
     try:
-        return _prepare_backend_directory(install, root)
+        return _linked_backend_directory(own, library, root) if install.system else _prepare_backend_directory(install, root)
     except OSError as exc:
         if explicit:
             raise ServerError(
@@ -261,17 +268,30 @@ def prepare_backend_directory(install: TritonInstall, cache_dir: Path | None = N
             exc,
             fallback,
         )
-        return _prepare_backend_directory(install, fallback)
+        return (_linked_backend_directory(own, library, fallback) if install.system
+                else _prepare_backend_directory(install, fallback))
 
 
-def nmtserve_backend_library() -> Path | None:
-    """``libtriton_nmtserve.so`` as nmtserve_native installed it; None where it was not built (no
-    libpython when nmtserve_native was built) or nmtserve_native is not installed."""
-    spec = util.find_spec("nmtserve_native")
-    if spec is None or spec.origin is None:
-        return None
-    path = Path(spec.origin).parent / "nmtserve_triton_backend" / NMTSERVE_BACKEND_LIBRARY
-    return path if path.is_file() else None
+def _linked_backend_directory(own: Path, library: Path | None, root: Path) -> Path:
+    """A full install's backends (the NGC image's /opt/tritonserver/backends), each a link to its
+    own folder, beside nmtserve's backend: Triton takes one backend directory, and the install's
+    is not ours to write into."""
+    import hashlib
+
+    backends = root / "triton-backends" / f"system-{hashlib.sha256(str(own.resolve()).encode()).hexdigest()[:12]}"
+    backends.mkdir(parents=True, exist_ok=True)
+    for entry in sorted(own.iterdir()) if own.is_dir() else ():
+        link = backends / entry.name
+        if entry.name == NMTSERVE_BACKEND or (link.is_symlink() and link.readlink() == entry):
+            continue
+        tmp = backends / f".{entry.name}.{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(entry)
+        os.replace(tmp, link)  # atomic: a server starting beside this one sees the old link or the new
+    if library is not None:
+        (backends / NMTSERVE_BACKEND).mkdir(exist_ok=True)
+        _install_file(library, backends / NMTSERVE_BACKEND / NMTSERVE_BACKEND_LIBRARY, 0o755)
+    return backends
 
 
 def _prepare_backend_directory(install: TritonInstall, root: Path) -> Path:
