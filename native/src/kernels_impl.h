@@ -26,11 +26,13 @@ struct Impl {
   }
 
   // The register block of gemm_nn: RB rows x CV of a panel's 4 vectors, RB x CV accumulators, CV
-  // weight vectors and a broadcast live at once. AVX-512 has 32 vector registers: 4 x 4 (21 live);
-  // AVX2 has 16: 6 x 2 (15 live; 4 x 4 spilled to the stack, 1.3-1.6x slower products). The bits
-  // do not depend on the block: every output is one FMA chain over k in order.
+  // weight vectors and a broadcast live at once. AVX-512 has 32 vector registers: 6 x 4 (29 live;
+  // 4 x 4 read each weight vector for 4 rows only: its products 1.15-1.2x slower at 12-96 rows,
+  // the demo's and the student's shapes, Intel Xeon AVX-512, session 32); AVX2 has 16: 6 x 2 (15
+  // live; 4 x 4 spilled to the stack, 1.3-1.6x slower products). The bits do not depend on the
+  // block: every output is one FMA chain over k in order.
   static constexpr int CV = W == 8 ? 2 : 4;
-  static constexpr int RB = W == 8 ? 6 : 4;
+  static constexpr int RB = W >= 8 ? 6 : 4;
 
   // R rows against vectors [c0, c0 + CV) of one panel: each output one FMA chain over k (bias added
   // after); the panel's columns past N (zero-padded) are computed and not stored.
