@@ -141,3 +141,30 @@ def test_the_committed_model_repository_is_what_the_demo_export_writes():
         assert (committed / "1" / "model.py").is_file() == (cls is not None)
         if cls is not None:  # the hand-over names the module that holds the class
             assert f" import {cls} as TritonPythonModel" in (committed / "1" / "model.py").read_text()
+
+
+def test_where_generate_runs_is_chosen_from_the_export_and_what_nmtserve_native_has(tmp_path, monkeypatch):
+    """``export --generate-backend`` unset: the nmtserve backend (in the server's process) where it
+    can serve the export and nmtserve_native has it, else the Python backend; the export's summary
+    says which and why; an explicit choice it cannot serve is refused by name."""
+    from nmtserve.decoding import native
+    from nmtserve.export.pipeline import ExportOptions, _generate_backend_note
+
+    monkeypatch.setattr(native, "triton_backend_library", lambda: tmp_path / "libtriton_nmtserve.so")
+    chosen = ExportOptions(repository=tmp_path)
+    assert chosen.served_generate_backend() == "nmtserve"
+    assert "tritonserver process" in _generate_backend_note(chosen, "nmtserve")
+    for python in (ExportOptions(repository=tmp_path, target="gpu"),
+                   ExportOptions(repository=tmp_path, text_in_generate=False),
+                   ExportOptions(repository=tmp_path, step_backend="bls"),
+                   ExportOptions(repository=tmp_path, generate_backend="python")):
+        assert python.served_generate_backend() == "python"
+        assert _generate_backend_note(python, "python") == "generate runs on the Python backend (a stub process of its own)"
+    monkeypatch.setattr(native, "triton_backend_library", lambda: None)
+    assert chosen.served_generate_backend() == "python"
+    assert "has no nmtserve backend" in _generate_backend_note(chosen, "python")
+    for bad, message in (({"target": "gpu"}, "serves the CPU target"),
+                         ({"text_in_generate": False}, "three-step-ensemble"),
+                         ({"step_backend": "bls"}, "--step-backend bls")):
+        with pytest.raises(ValueError, match=message):
+            ExportOptions(repository=tmp_path, generate_backend="nmtserve", **bad).check()

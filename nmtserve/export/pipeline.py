@@ -101,11 +101,16 @@ class ExportOptions:
         libpython was found; the CPU image's has it), else the Python backend."""
         if self.generate_backend:
             return self.generate_backend
-        if self.target != "cpu" or not self.text_in_generate or self.step_backend not in ("", "inprocess"):
+        if not self.in_process_servable():
             return "python"
         from ..decoding.native import triton_backend_library
 
         return "nmtserve" if triton_backend_library() is not None else "python"
+
+    def in_process_servable(self) -> bool:
+        """Whether the nmtserve backend can serve this export's ``generate``: the CPU target, the
+        text in generate (not --three-step-ensemble), the graphs run in process."""
+        return self.target == "cpu" and self.text_in_generate and self.step_backend in ("", "inprocess")
 
     def check(self) -> None:
         """Option mistakes, found before any slow stage."""
@@ -120,7 +125,7 @@ class ExportOptions:
         if self.generate_backend == "nmtserve" and not self.text_in_generate:
             raise ValueError("the nmtserve backend serves generate with the text in it: not with --three-step-ensemble")
         if self.generate_backend == "nmtserve" and self.target != "cpu":
-            raise ValueError("the nmtserve backend serves the CPU target (the GPU image's Triton has no place for it yet)")
+            raise ValueError("the nmtserve backend serves the CPU target (--target gpu: --generate-backend python)")
         if self.generate_backend == "nmtserve" and self.step_backend not in ("", "inprocess"):
             raise ValueError(f"the nmtserve backend runs the graphs in process: not with --step-backend {self.step_backend}")
         if self.decoder_graph not in ("", *DECODER_GRAPHS):
@@ -177,7 +182,7 @@ def _generate_backend_note(opts: ExportOptions, backend: str) -> str:
     if backend == "nmtserve":
         return ("generate runs in the tritonserver process (the nmtserve backend; --generate-backend python for a "
                 "stub process of its own)")
-    if opts.generate_backend or opts.target != "cpu" or not opts.text_in_generate or opts.step_backend not in ("", "inprocess"):
+    if opts.generate_backend or not opts.in_process_servable():
         return "generate runs on the Python backend (a stub process of its own)"
     return ("generate runs on the Python backend: nmtserve_native here has no nmtserve backend (built without "
             "libpython), which would run it in the server's process")
