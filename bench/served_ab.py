@@ -21,6 +21,10 @@ The held-out sentences are the demo's `test.en`. Prints each pair's B/A ratios a
 and checks that both sides answered the one-client pass the same. Writes
 bench/results/served-ab-*.json.
 
+Models on the nmtserve backend (generate, the CPU target's default) run in tritonserver's embedded
+interpreter, which honours ``PYTHONPATH``: a side with a tree or a native build gets them first on
+it, and the backend's own log line (``nmtserve.server.inprocess.LOADED_FROM``) says what it loaded.
+
 Why copies of the repository: the Python backend's stub ignores ``PYTHONPATH``. A server started
 with another tree on it still runs the environment's nmtserve. So each copy's ``model.py`` files
 put their tree first on ``sys.path``, and the script checks in each server's log that the tree was
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import shutil
 import statistics
 import sys
@@ -41,6 +46,8 @@ from pathlib import Path
 
 import numpy as np
 from _common import ROOT, machine, process_group_cpu_seconds, write_json
+
+from nmtserve.server.inprocess import LOADED_FROM
 
 MARK = "nmtserve-ab: loaded"
 
@@ -62,13 +69,33 @@ def side_repository(repository: Path, dest: Path, paths: list[Path]) -> Path:
     return dest
 
 
-def check_loaded(log: Path, tree: Path | None, native: Path | None) -> None:
-    """The server's log says which nmtserve and native module its models imported: ``tree``'s
-    and ``native``'s, or the run stops here."""
+def uses_nmtserve_backend(repository: Path) -> bool:
+    return any('backend: "nmtserve"' in config.read_text(encoding="utf-8") for config in repository.glob("*/config.pbtxt"))
+
+
+def side_environment(repository: Path, paths: list[Path], env: dict) -> dict:
+    """A side's server environment: with ``paths`` first on PYTHONPATH where a model of the
+    repository runs on the nmtserve backend (its interpreter is embedded in tritonserver and honours
+    PYTHONPATH; model.py preludes never run there)."""
+    if not paths or not uses_nmtserve_backend(repository):
+        return env
+    first = [str(p) for p in paths] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {**env, "PYTHONPATH": os.pathsep.join(first)}
+
+
+def check_loaded(log: Path, tree: Path | None, native: Path | None, in_process: bool = False) -> None:
+    """The server's log says which nmtserve and native module its models imported (the model.py
+    preludes' lines, and, ``in_process``, the nmtserve backend's own, which must be there:
+    nmtserve.server.inprocess.LOADED_FROM): ``tree``'s and ``native``'s, or the run stops here."""
     if tree is None and native is None:
         return
-    lines = [line for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if MARK in line]
-    wanted = ([str((tree / "nmtserve" / "__init__.py").resolve())] if tree else []) + \
+    backend = LOADED_FROM.split("{")[0]
+    text = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    lines = [line for line in text if MARK in line or backend in line]
+    if in_process and not any(backend in line for line in lines):
+        raise SystemExit(f"the server's nmtserve backend did not say what it loaded (a tree older than its "
+                         f"'{backend}' log line?): see {log}")
+    wanted = ([str((tree / "nmtserve").resolve())] if tree else []) + \
         ([str(native.resolve()) + "/nmtserve_native"] if native else [])
     if not lines or any(w not in line for line in lines for w in wanted):
         raise SystemExit(f"the server did not load {wanted} (its log {log} says: {lines[:2]})")
@@ -162,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         paths = [p.resolve() for p in (native, tree) if p is not None]
         repository = args.repository_b if name == "B" and args.repository_b else args.repository
         sides[name] = (side_repository(repository.resolve(), work / name, paths), tree, native,
-                       dict(kv.split("=", 1) for kv in env))
+                       side_environment(repository.resolve(), paths, dict(kv.split("=", 1) for kv in env)))
     pairs = []
     running = []
     try:
@@ -172,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             running.append((side, tree, native))
         for side, tree, native in running:
             side.server.wait_until_ready(300)
-            check_loaded(side.log, tree, native)
+            check_loaded(side.log, tree, native, uses_nmtserve_backend(side.server.config.model_repository))
         a, b = (side for side, _, _ in running)
         clients = {side.name: side.client() for side in (a, b)}
         for side in (a, b):  # warm-up, on sentences the passes below do not time

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import sys
 import types
+from pathlib import Path
 
 import numpy as np
 
@@ -198,4 +199,18 @@ def load(args: dict) -> Loaded:
     module, name = MODELS[which].split(":")
     model = getattr(importlib.import_module(module), name)()
     model.initialize(args)
+    logging.getLogger("nmtserve.server").info("%s", loaded_from(args.get("model_name", which)))
     return Loaded(model)
+
+
+LOADED_FROM = "nmtserve backend: {model} runs nmtserve from {package}, nmtserve_native from {native}"
+
+
+def loaded_from(model: str) -> str:
+    """Which nmtserve and nmtserve_native the server's interpreter imported (the log line that says
+    so: the interpreter is this environment's, with PYTHONPATH first, bench/served_ab.py's sides)."""
+    import nmtserve
+
+    native = sys.modules.get("nmtserve_native")
+    return LOADED_FROM.format(model=model, package=Path(nmtserve.__file__).parent,
+                              native=getattr(native, "__file__", None) or "nowhere (not installed)")
