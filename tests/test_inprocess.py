@@ -108,6 +108,19 @@ def _metric(server, name: str) -> float:
     return float(found.group(1))
 
 
+def test_the_backend_says_which_nmtserve_it_imported(servers):
+    """The embedded interpreter is this environment's (PYTHONPATH first: bench/served_ab.py's
+    sides); its log line names the nmtserve package and the nmtserve_native module it imported."""
+    import nmtserve_native
+
+    import nmtserve
+    from nmtserve.server.inprocess import LOADED_FROM
+
+    inprocess, _ = servers
+    want = LOADED_FROM.format(model="generate", package=Path(nmtserve.__file__).parent, native=nmtserve_native.__file__)
+    assert want in inprocess.log_path.read_text(encoding="utf-8", errors="replace")
+
+
 def test_the_engine_metrics_reach_the_metrics_endpoint(servers):
     server = servers[0]
     client = grpcclient.InferenceServerClient(server.urls.grpc_address)
