@@ -250,10 +250,14 @@ def prepare_backend_directory(install: TritonInstall, cache_dir: Path | None = N
     library = nmtserve_backend_library()
     if install.system and (library is None or (own / NMTSERVE_BACKEND / NMTSERVE_BACKEND_LIBRARY).is_file()):
         return own  # a full install's own backends (tensorrt, python and its stub), as they are
+
+    def prepare(root: Path) -> Path:
+        return _linked_backend_directory(own, library, root) if install.system else _prepare_backend_directory(install, library, root)
+
     explicit = cache_dir is not None
     root = Path(cache_dir).expanduser() if explicit else default_cache_dir()
     try:
-        return _linked_backend_directory(own, library, root) if install.system else _prepare_backend_directory(install, root)
+        return prepare(root)
     except OSError as exc:
         if explicit:
             raise ServerError(
@@ -268,8 +272,7 @@ def prepare_backend_directory(install: TritonInstall, cache_dir: Path | None = N
             exc,
             fallback,
         )
-        return (_linked_backend_directory(own, library, fallback) if install.system
-                else _prepare_backend_directory(install, fallback))
+        return prepare(fallback)
 
 
 def _linked_backend_directory(own: Path, library: Path | None, root: Path) -> Path:
@@ -288,23 +291,25 @@ def _linked_backend_directory(own: Path, library: Path | None, root: Path) -> Pa
         tmp.unlink(missing_ok=True)
         tmp.symlink_to(entry)
         os.replace(tmp, link)  # atomic: a server starting beside this one sees the old link or the new
-    if library is not None:
-        (backends / NMTSERVE_BACKEND).mkdir(exist_ok=True)
-        _install_file(library, backends / NMTSERVE_BACKEND / NMTSERVE_BACKEND_LIBRARY, 0o755)
+    _install_nmtserve_backend(library, backends)
     return backends
 
 
-def _prepare_backend_directory(install: TritonInstall, root: Path) -> Path:
+def _install_nmtserve_backend(library: Path | None, backends: Path) -> None:
+    """nmtserve_native's ``libtriton_nmtserve.so`` (``library``; None: not built) into ``backends``."""
+    if library is not None:
+        (backends / NMTSERVE_BACKEND).mkdir(exist_ok=True)
+        _install_file(library, backends / NMTSERVE_BACKEND / NMTSERVE_BACKEND_LIBRARY, 0o755)
+
+
+def _prepare_backend_directory(install: TritonInstall, library: Path | None, root: Path) -> Path:
     backends = root / "triton-backends" / install.triton_version / f"py{install.python_version}"
     python_dir = backends / "python"
     python_dir.mkdir(parents=True, exist_ok=True)
     for name in PYTHON_BACKEND_FILES:
         _install_file(install.python_backend_dir / name, python_dir / name, 0o644)
     _install_file(install.stub, python_dir / STUB_NAME, 0o755)
-    library = nmtserve_backend_library()
-    if library is not None:
-        (backends / NMTSERVE_BACKEND).mkdir(exist_ok=True)
-        _install_file(library, backends / NMTSERVE_BACKEND / NMTSERVE_BACKEND_LIBRARY, 0o755)
+    _install_nmtserve_backend(library, backends)
     return backends
 
 def _server_env(install: TritonInstall, extra: dict[str, str]) -> dict[str, str]:
