@@ -69,15 +69,14 @@ def side_repository(repository: Path, dest: Path, paths: list[Path]) -> Path:
     return dest
 
 
-def uses_nmtserve_backend(repository: Path) -> bool:
-    return any('backend: "nmtserve"' in config.read_text(encoding="utf-8") for config in repository.glob("*/config.pbtxt"))
-
-
 def side_environment(repository: Path, paths: list[Path], env: dict) -> dict:
     """A side's server environment: with ``paths`` first on PYTHONPATH where a model of the
     repository runs on the nmtserve backend (its interpreter is embedded in tritonserver and honours
-    PYTHONPATH; model.py preludes never run there)."""
-    if not paths or not uses_nmtserve_backend(repository):
+    PYTHONPATH; model.py preludes never run there; the server, once started, lists those models:
+    ``TritonServer.in_process_models``)."""
+    uses_backend = any('backend: "nmtserve"' in config.read_text(encoding="utf-8")
+                       for config in repository.glob("*/config.pbtxt"))
+    if not paths or not uses_backend:
         return env
     first = [str(p) for p in paths] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     return {**env, "PYTHONPATH": os.pathsep.join(first)}
@@ -199,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             running.append((side, tree, native))
         for side, tree, native in running:
             side.server.wait_until_ready(300)
-            check_loaded(side.log, tree, native, uses_nmtserve_backend(side.server.config.model_repository))
+            check_loaded(side.log, tree, native, bool(side.server.in_process_models))
         a, b = (side for side, _, _ in running)
         clients = {side.name: side.client() for side in (a, b)}
         for side in (a, b):  # warm-up, on sentences the passes below do not time
