@@ -116,10 +116,10 @@ struct Impl {
     for (int j = 0; j < 4; ++j) out[j] = V::hsum(acc[j]);
   }
 
-  // y (n <= 4 W) = sum over c < count of (p[c] / total) x rows[c] + off, then + (p[count] / total)
-  // x last: the same FMA chain per element as axpy's into a zeroed y, c in order, held in registers
-  // (axpy stores and reloads y for every c). Returns false (nothing done) for n > 4 W.
-  static bool weighted_sum(const float *p, float total, const float *const *rows, int off, int count, const float *last,
+  // y (n <= 4 W) = sum over c < count of p[c] x rows[c] + off, then + p[count] x last: the same
+  // FMA chain per element as axpy's into a zeroed y, c in order, held in registers (axpy stores
+  // and reloads y for every c). Returns false (nothing done) for n > 4 W.
+  static bool weighted_sum(const float *p, const float *const *rows, int off, int count, const float *last,
                            int n, float *y) {
     if (n > 4 * W) return false;
     const int full = n / W, tail = n - full * W;
@@ -129,8 +129,8 @@ struct Impl {
       for (int v = 0; v < full; ++v) acc[v] = V::fma(av, V::load(x + v * W), acc[v]);
       if (tail) acc[full] = V::fma(av, V::load_n(x + full * W, tail, 0.f), acc[full]);
     };
-    for (int c = 0; c < count; ++c) add(p[c] / total, rows[c] + off);
-    add(p[count] / total, last);
+    for (int c = 0; c < count; ++c) add(p[c], rows[c] + off);
+    add(p[count], last);
     for (int v = 0; v < full; ++v) V::store(y + v * W, acc[v]);
     if (tail) V::store_n(y + full * W, acc[full], tail);
     return true;
@@ -228,28 +228,65 @@ struct Impl {
       for (; c < count; ++c) work[c] = dot(q + head, k_rows[c] + head, dk);
       work[count] = dot(q + head, k_new + head, dk);
       const float top = max(work, count + 1);
-      const float total = exp_shifted(work, count + 1, top, work);
+      divide(work, count + 1, exp_shifted(work, count + 1, top, work));  // the weights
       float *o = out + head;
-      if (weighted_sum(work, total, v_rows, head, count, v_new + head, dk, o)) continue;
+      if (weighted_sum(work, v_rows, head, count, v_new + head, dk, o)) continue;
       for (int e = 0; e < dk; ++e) o[e] = 0.f;
-      for (c = 0; c < count; ++c) axpy(work[c] / total, v_rows[c] + head, o, dk);
-      axpy(work[count] / total, v_new + head, o, dk);
+      for (c = 0; c < count; ++c) axpy(work[c], v_rows[c] + head, o, dk);
+      axpy(work[count], v_new + head, o, dk);
+    }
+  }
+
+  // x[i] /= total for i < n: each the one correctly rounded quotient a scalar division gives.
+  static void divide(float *x, int n, float total) {
+    const T tv = V::set1(total);
+    int i = 0;
+    for (; i + W <= n; i += W) V::store(x + i, V::div(V::load(x + i), tv));
+    if (i < n) V::store_n(x + i, V::div(V::load_n(x + i, n - i, 1.f), tv), n - i);
+  }
+
+  // o (nv vectors, the last ``tail`` lanes wide when tail > 0) = sum over c < count of p[c] x
+  // rows + pos[c] * stride, c in order, held in registers: the same FMA chain per element as
+  // axpy's into a zeroed o (axpy stores and reloads o for every c). ``al``: += p[c].
+  template <int NV>
+  static inline void mix(const float *p, const float *rows, const int *pos, int count, int stride, int tail, float *al,
+                         float *o) {
+    T acc[NV];
+    for (int v = 0; v < NV; ++v) acc[v] = V::zero();
+    for (int c = 0; c < count; ++c) {
+      const T av = V::set1(p[c]);
+      const float *x = rows + static_cast<size_t>(pos[c]) * stride;
+      for (int v = 0; v < NV - 1; ++v) acc[v] = V::fma(av, V::load(x + v * W), acc[v]);
+      acc[NV - 1] = V::fma(av, tail ? V::load_n(x + (NV - 1) * W, tail, 0.f) : V::load(x + (NV - 1) * W), acc[NV - 1]);
+      if (al) al[pos[c]] += p[c];
+    }
+    for (int v = 0; v < NV - 1; ++v) V::store(o + v * W, acc[v]);
+    if (tail) {
+      V::store_n(o + (NV - 1) * W, acc[NV - 1], tail);
+    } else {
+      V::store(o + (NV - 1) * W, acc[NV - 1]);
     }
   }
 
   // nq queries of one sentence (its beams: rows of h * dk), every head, against its source. The
   // scores are register-blocked (up to 4 queries and 16 positions at once, each key vector loaded
   // once for them), each score still one FMA chain over d_k in order from 0: the bits of one query
-  // alone (the attention of a row does not depend on the rows beside it).
+  // alone (the attention of a row does not depend on the rows beside it). Only the positions up to
+  // the last attended one are scored (the memory is as wide as the group's longest source: a
+  // short sentence's tail was scored and never read), and each output is mixed in registers (mix):
+  // the same bits as before both (bench/RESULTS.md "Session 33").
   static void cross_attention(const float *q, int nq, const float *keys, const float *values, int S, const int *pos,
                               int count, int h, int dk, float *work, float *out, float *align) {
     const int d = h * dk;
     float *gathered = work + static_cast<size_t>(nq) * S;
+    int used = 0;  // positions [0, used) hold every attended one
+    for (int c = 0; c < count; ++c) used = pos[c] + 1 > used ? pos[c] + 1 : used;
+    const int nv = (dk + W - 1) / W, tail = dk % W;
     for (int j = 0; j < h; ++j) {
       const int head = j * dk;
       const float *kj = keys + static_cast<size_t>(j) * dk * S, *vj = values + static_cast<size_t>(j) * S * dk;
-      for (int s0 = 0; s0 < S; s0 += W) {
-        const int n = S - s0 < W ? S - s0 : W;
+      for (int s0 = 0; s0 < used; s0 += W) {
+        const int n = used - s0 < W ? used - s0 : W;
         for (int b0 = 0; b0 < nq; b0 += 4) {
           const int nb = nq - b0 < 4 ? nq - b0 : 4;
           T acc[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
@@ -272,15 +309,28 @@ struct Impl {
         const float *full = work + static_cast<size_t>(b) * S;
         for (int c = 0; c < count; ++c) gathered[c] = full[pos[c]];
         float *o = out + static_cast<size_t>(b) * d + head;
-        for (int e = 0; e < dk; ++e) o[e] = 0.f;
-        if (count == 0) continue;
+        if (count == 0) {
+          for (int e = 0; e < dk; ++e) o[e] = 0.f;
+          continue;
+        }
         const float top = max(gathered, count);
-        const float total = exp_shifted(gathered, count, top, gathered);
+        divide(gathered, count, exp_shifted(gathered, count, top, gathered));  // the weights
         float *al = align ? align + static_cast<size_t>(b) * S : nullptr;
-        for (int c = 0; c < count; ++c) {
-          const float p = gathered[c] / total;
-          axpy(p, vj + static_cast<size_t>(pos[c]) * dk, o, dk);
-          if (al) al[pos[c]] += p;
+        switch (nv) {
+          case 1: mix<1>(gathered, vj, pos, count, dk, tail, al, o); break;
+          case 2: mix<2>(gathered, vj, pos, count, dk, tail, al, o); break;
+          case 3: mix<3>(gathered, vj, pos, count, dk, tail, al, o); break;
+          case 4: mix<4>(gathered, vj, pos, count, dk, tail, al, o); break;
+          case 5: mix<5>(gathered, vj, pos, count, dk, tail, al, o); break;
+          case 6: mix<6>(gathered, vj, pos, count, dk, tail, al, o); break;
+          case 7: mix<7>(gathered, vj, pos, count, dk, tail, al, o); break;
+          case 8: mix<8>(gathered, vj, pos, count, dk, tail, al, o); break;
+          default:
+            for (int e = 0; e < dk; ++e) o[e] = 0.f;
+            for (int c = 0; c < count; ++c) {
+              axpy(gathered[c], vj + static_cast<size_t>(pos[c]) * dk, o, dk);
+              if (al) al[pos[c]] += gathered[c];
+            }
         }
       }
     }
