@@ -181,16 +181,17 @@ def parse_sources(src: np.ndarray | None, lengths: np.ndarray | None, spec: Mode
     limit = min(spec.max_source_len, src.shape[1])
     vocab = spec.src_vocab or None
     out = []
+    rows = src.tolist()  # Python's min and max over a short list: numpy's per row cost ~10x more
     for i, n in enumerate(lengths.tolist()):
         if not 1 <= n <= limit:
             raise InputError(f"SRC_LEN[{i}] is {n}: it must be between 1 and {limit} "
                              f"(the SRC_IDS width {src.shape[1]}, at most max_source_len {spec.max_source_len})")
-        ids = src[i, :n]
-        if ids.min() < 0 or (vocab is not None and ids.max() >= vocab):
-            bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
-            raise InputError(f"SRC_IDS[{i}] holds token id {bad}, outside the source vocabulary "
+        ids = rows[i][:n]
+        low, high = min(ids), max(ids)
+        if low < 0 or (vocab is not None and high >= vocab):
+            raise InputError(f"SRC_IDS[{i}] holds token id {low if low < 0 else high}, outside the source vocabulary "
                              f"(0..{vocab - 1 if vocab else 'n'})")
-        out.append(ids.tolist())
+        out.append(ids)
     return out
 
 
