@@ -906,7 +906,7 @@ class DecoderStep : Products {
     k_rows.resize(longest + 1), v_rows.resize(longest + 1);
     x.resize(M * d), y.resize(M * d), qkv.resize(M * 3 * d), mixed.resize(M * d), tmp.resize(M * d);
     hidden.resize(M * d_ff_), logits.resize(M * vocab_), row.resize(vocab_);
-    scores.resize(longest + 1), probs.resize((K + 1) * S + 1);
+    scores.resize(static_cast<size_t>(h) * (longest + 1)), probs.resize((K + 1) * S + 1);
     const std::vector<std::vector<int>> &times = lists.times, &sources = lists.sources;
     // Embedding: token row * scale + position row (+ LayerNorm).
     for (size_t j = 0; j < M; ++j) {

@@ -32,7 +32,7 @@ struct Kernels {
   void (*layer_norm)(const float *x, int d, const float *w, const float *b, float eps, float *out);
   // One hypothesis' self-attention, every head: its past's key and value rows (all heads each,
   // in time order) and its new entry; softmax over the past and the new entry alone. out (h * dk);
-  // work: count + 1 floats.
+  // work: h * (count + 1) floats.
   void (*self_attention)(const float *q, const float *const *k_rows, const float *const *v_rows, int count,
                          const float *k_new, const float *v_new, int h, int dk, float *work, float *out);
   // The cross-attention of nq hypotheses of one sentence (queries q (nq, h * dk)), every head:

@@ -35,6 +35,20 @@ struct V256 {
     q = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));
     return _mm_cvtss_f32(q);
   }
+  // out[j] = hsum(v[j]) for j < 8, each by hsum's own tree (the same bits; see V512's).
+  static inline void hsums(const T *v, float *out) {
+    T u[4], x[2];
+    for (int j = 0; j < 4; ++j)  // i + (i + 4): [v2j's 4 | v2j+1's 4]
+      u[j] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * j], v[2 * j + 1], 0x20),
+                           _mm256_permute2f128_ps(v[2 * j], v[2 * j + 1], 0x31));
+    for (int m = 0; m < 2; ++m)  // i + (i + 2): lane l holds v[4m + l]'s 2, then v[4m + 2 + l]'s
+      x[m] = _mm256_add_ps(_mm256_shuffle_ps(u[2 * m], u[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                           _mm256_shuffle_ps(u[2 * m], u[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    // 0 + 1: element 4l + t is v[2t + l]'s sum
+    const T r = _mm256_add_ps(_mm256_shuffle_ps(x[0], x[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                              _mm256_shuffle_ps(x[0], x[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  }
   static inline float hmax(T v) {
     __m128 q = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     q = _mm_max_ps(q, _mm_movehl_ps(q, q));

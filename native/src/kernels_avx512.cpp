@@ -31,6 +31,26 @@ struct V512 {
     q = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));
     return _mm_cvtss_f32(q);
   }
+  // out[j] = hsum(v[j]) for j < 16, each by hsum's own tree (the same pairs added at each level,
+  // so the same bits), the 16 trees in 15 vector adds: 4 levels of paired shuffles, then the
+  // results out of their transposed order.
+  static inline void hsums(const T *v, float *out) {
+    T u[8], w[4], x[2];
+    for (int j = 0; j < 8; ++j)  // lanes i + (i + 8): [v2j's 8 | v2j+1's 8]
+      u[j] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                           _mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    for (int k = 0; k < 4; ++k)  // i + (i + 4): 128-bit lane l of w[k] is v[4k + l]'s 4
+      w[k] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * k], u[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                           _mm512_shuffle_f32x4(u[2 * k], u[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    for (int m = 0; m < 2; ++m)  // i + (i + 2): lane l holds v[8m + l]'s 2, then v[8m + 4 + l]'s
+      x[m] = _mm512_add_ps(_mm512_shuffle_ps(w[2 * m], w[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                           _mm512_shuffle_ps(w[2 * m], w[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    // 0 + 1: element 4l + t is v[4t + l]'s sum
+    const T r = _mm512_add_ps(_mm512_shuffle_ps(x[0], x[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                              _mm512_shuffle_ps(x[0], x[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_storeu_ps(out, _mm512_permutexvar_ps(order, r));
+  }
   static inline float hmax(T v) { return _mm512_reduce_max_ps(v); }
   // exp(x): x = n ln2 + r, |r| <= ln2 / 2, e^r by its Taylor series to r^6 (relative error < 4e-8),
   // 2^n into the exponent bits; 0 below -87 (e^-87 is the smallest normal's order), capped at e^88.

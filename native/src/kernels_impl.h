@@ -3,7 +3,8 @@
 //
 // V gives: T, W (lanes), zero(), set1(f), load(p), load_n(p, n, fill) (lanes >= n = fill),
 // store(p, v), store_n(p, v, n), fma(a, b, c) = a * b + c rounded once, add, sub, mul, div, max,
-// hsum(v) and hmax(v) (a fixed tree), keep_n(v, n) (lanes >= n = 0), exp(v), any_above(v, f).
+// hsum(v) and hmax(v) (a fixed tree), hsums(v, out) (W hsums at once, each by hsum's tree),
+// keep_n(v, n) (lanes >= n = 0), exp(v), any_above(v, f).
 #pragma once
 
 #include <cmath>
@@ -116,24 +117,21 @@ struct Impl {
     for (int j = 0; j < 4; ++j) out[j] = V::hsum(acc[j]);
   }
 
-  // y (n <= 4 W) = sum over c < count of p[c] x rows[c] + off, then + p[count] x last: the same
-  // FMA chain per element as axpy's into a zeroed y, c in order, held in registers (axpy stores
-  // and reloads y for every c). Returns false (nothing done) for n > 4 W.
-  static bool weighted_sum(const float *p, const float *const *rows, int off, int count, const float *last,
-                           int n, float *y) {
-    if (n > 4 * W) return false;
-    const int full = n / W, tail = n - full * W;
-    T acc[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
-    auto add = [&](float a, const float *x) {
-      const T av = V::set1(a);
-      for (int v = 0; v < full; ++v) acc[v] = V::fma(av, V::load(x + v * W), acc[v]);
-      if (tail) acc[full] = V::fma(av, V::load_n(x + full * W, tail, 0.f), acc[full]);
-    };
-    for (int c = 0; c < count; ++c) add(p[c], rows[c] + off);
-    add(p[count], last);
-    for (int v = 0; v < full; ++v) V::store(y + v * W, acc[v]);
-    if (tail) V::store_n(y + full * W, acc[full], tail);
-    return true;
+  // out[j] = dot(a, b[j] + off, n) for j < W, each the same FMA chain and sum as dot's: W chains
+  // at once, their W sums by V::hsums (one hsum a dot was most of a short dot's time).
+  static void dots(const float *a, const float *const *b, int off, int n, float *out) {
+    T acc[W];
+    for (int j = 0; j < W; ++j) acc[j] = V::zero();
+    int i = 0;
+    for (; i + W <= n; i += W) {
+      const T av = V::load(a + i);
+      for (int j = 0; j < W; ++j) acc[j] = V::fma(av, V::load(b[j] + off + i), acc[j]);
+    }
+    if (i < n) {
+      const T av = V::load_n(a + i, n - i, 0.f);
+      for (int j = 0; j < W; ++j) acc[j] = V::fma(av, V::load_n(b[j] + off + i, n - i, 0.f), acc[j]);
+    }
+    V::hsums(acc, out);
   }
 
   static void axpy(float a, const float *x, float *y, int n) {
@@ -219,21 +217,74 @@ struct Impl {
     }
   }
 
+  // Heads [j0, j0 + g) (g <= G: up to 16 accumulators) of one hypothesis' mix: out + j dk = sum over c < count of
+  // p[j n + c] x rows[c] + j dk, then + p[j n + count] x last + j dk, each head's outputs one FMA
+  // chain per element in c order as axpy's into a zeroed out (the same bits); the heads' chains side by side
+  // (one head's is a latency-bound line of count + 1 FMAs).
+  template <int NV, int G = (NV <= 4 ? 4 : 2)>
+  static inline void mix_heads(const float *p, int n, const float *const *rows, int count, const float *last, int j0,
+                               int g, int dk, int tail, float *out) {
+    T acc[G][NV];
+    for (int j = 0; j < G; ++j)
+      for (int v = 0; v < NV; ++v) acc[j][v] = V::zero();
+    for (int c = 0; c <= count; ++c) {
+      const float *row = c < count ? rows[c] : last;
+      for (int j = 0; j < G; ++j) {
+        if (j >= g) break;
+        const T av = V::set1(p[(j0 + j) * n + c]);
+        const float *x = row + (j0 + j) * dk;
+        for (int v = 0; v < NV - 1; ++v) acc[j][v] = V::fma(av, V::load(x + v * W), acc[j][v]);
+        acc[j][NV - 1] = V::fma(av, tail ? V::load_n(x + (NV - 1) * W, tail, 0.f) : V::load(x + (NV - 1) * W),
+                                acc[j][NV - 1]);
+      }
+    }
+    for (int j = 0; j < g; ++j) {
+      float *o = out + (j0 + j) * dk;
+      for (int v = 0; v < NV - 1; ++v) V::store(o + v * W, acc[j][v]);
+      if (tail) {
+        V::store_n(o + (NV - 1) * W, acc[j][NV - 1], tail);
+      } else {
+        V::store(o + (NV - 1) * W, acc[j][NV - 1]);
+      }
+    }
+  }
+
+  // work: h * (count + 1) floats (each head's weights, then its outputs mixed with the other heads').
   static void self_attention(const float *q, const float *const *k_rows, const float *const *v_rows, int count,
                              const float *k_new, const float *v_new, int h, int dk, float *work, float *out) {
+    const int n = count + 1;
     for (int j = 0; j < h; ++j) {
       const int head = j * dk;
+      float *wj = work + static_cast<size_t>(j) * n;
       int c = 0;
-      for (; c + 4 <= count; c += 4) dot4(q + head, k_rows + c, head, dk, work + c);
-      for (; c < count; ++c) work[c] = dot(q + head, k_rows[c] + head, dk);
-      work[count] = dot(q + head, k_new + head, dk);
-      const float top = max(work, count + 1);
-      divide(work, count + 1, exp_shifted(work, count + 1, top, work));  // the weights
-      float *o = out + head;
-      if (weighted_sum(work, v_rows, head, count, v_new + head, dk, o)) continue;
-      for (int e = 0; e < dk; ++e) o[e] = 0.f;
-      for (c = 0; c < count; ++c) axpy(work[c], v_rows[c] + head, o, dk);
-      axpy(work[count], v_new + head, o, dk);
+      if constexpr (W > 4)
+        for (; c + W <= count; c += W) dots(q + head, k_rows + c, head, dk, wj + c);
+      for (; c + 4 <= count; c += 4) dot4(q + head, k_rows + c, head, dk, wj + c);
+      for (; c < count; ++c) wj[c] = dot(q + head, k_rows[c] + head, dk);
+      wj[count] = dot(q + head, k_new + head, dk);
+      divide(wj, n, exp_shifted(wj, n, max(wj, n), wj));  // the weights
+    }
+    const int nv = (dk + W - 1) / W, tail = dk % W, group = nv <= 4 ? 4 : 2;
+    for (int j0 = 0; j0 < h; j0 += group) {
+      const int g = h - j0 < group ? h - j0 : group;
+      switch (nv) {
+        case 1: mix_heads<1>(work, n, v_rows, count, v_new, j0, g, dk, tail, out); break;
+        case 2: mix_heads<2>(work, n, v_rows, count, v_new, j0, g, dk, tail, out); break;
+        case 3: mix_heads<3>(work, n, v_rows, count, v_new, j0, g, dk, tail, out); break;
+        case 4: mix_heads<4>(work, n, v_rows, count, v_new, j0, g, dk, tail, out); break;
+        case 5: mix_heads<5>(work, n, v_rows, count, v_new, j0, g, dk, tail, out); break;
+        case 6: mix_heads<6>(work, n, v_rows, count, v_new, j0, g, dk, tail, out); break;
+        case 7: mix_heads<7>(work, n, v_rows, count, v_new, j0, g, dk, tail, out); break;
+        case 8: mix_heads<8>(work, n, v_rows, count, v_new, j0, g, dk, tail, out); break;
+        default:
+          for (int j = j0; j < j0 + g; ++j) {
+            const float *wj = work + static_cast<size_t>(j) * n;
+            float *o = out + j * dk;
+            for (int e = 0; e < dk; ++e) o[e] = 0.f;
+            for (int c = 0; c < count; ++c) axpy(wj[c], v_rows[c] + j * dk, o, dk);
+            axpy(wj[count], v_new + j * dk, o, dk);
+          }
+      }
     }
   }
 

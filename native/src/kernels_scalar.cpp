@@ -26,6 +26,7 @@ struct V1 {
   static inline bool any_above(T v, float f) { return v > f; }
   static inline T max(T a, T b) { return a > b ? a : b; }
   static inline float hsum(T v) { return v; }
+  static inline void hsums(const T *v, float *out) { out[0] = v[0]; }
   static inline float hmax(T v) { return v; }
   static inline T exp(T x) { return x < -87.f ? 0.f : std::exp(x < 88.f ? x : 88.f); }
 };
