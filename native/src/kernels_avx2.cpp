@@ -27,7 +27,7 @@ struct V256 {
   static inline T sub(T a, T b) { return _mm256_sub_ps(a, b); }
   static inline T mul(T a, T b) { return _mm256_mul_ps(a, b); }
   static inline T div(T a, T b) { return _mm256_div_ps(a, b); }
-  static inline bool any_above(T v, float f) { return _mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_set1_ps(f), _CMP_GT_OQ)) != 0; }
+  static inline unsigned above(T v, float f) { return static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_set1_ps(f), _CMP_GT_OQ))); }
   static inline T max(T a, T b) { return _mm256_max_ps(a, b); }
   static inline float hsum(T v) {
     __m128 q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -22,7 +22,7 @@ struct V512 {
   static inline T sub(T a, T b) { return _mm512_sub_ps(a, b); }
   static inline T mul(T a, T b) { return _mm512_mul_ps(a, b); }
   static inline T div(T a, T b) { return _mm512_div_ps(a, b); }
-  static inline bool any_above(T v, float f) { return _mm512_cmp_ps_mask(v, _mm512_set1_ps(f), _CMP_GT_OQ) != 0; }
+  static inline unsigned above(T v, float f) { return _mm512_cmp_ps_mask(v, _mm512_set1_ps(f), _CMP_GT_OQ); }
   static inline T max(T a, T b) { return _mm512_max_ps(a, b); }
   static inline float hsum(T v) {  // (lanes i + 8), then (i + 4), (i + 2), (i + 1): a fixed tree
     const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));

@@ -4,7 +4,7 @@
 // V gives: T, W (lanes), zero(), set1(f), load(p), load_n(p, n, fill) (lanes >= n = fill),
 // store(p, v), store_n(p, v, n), fma(a, b, c) = a * b + c rounded once, add, sub, mul, div, max,
 // hsum(v) and hmax(v) (a fixed tree), hsums(v, out) (W hsums at once, each by hsum's tree),
-// keep_n(v, n) (lanes >= n = 0), exp(v), any_above(v, f).
+// keep_n(v, n) (lanes >= n = 0), exp(v), above(v, f) (bit i: lane i > f).
 #pragma once
 
 #include <cmath>
@@ -217,20 +217,20 @@ struct Impl {
     }
   }
 
-  // Heads [j0, j0 + g) (g <= G: up to 16 accumulators) of one hypothesis' mix: out + j dk = sum over c < count of
-  // p[j n + c] x rows[c] + j dk, then + p[j n + count] x last + j dk, each head's outputs one FMA
-  // chain per element in c order as axpy's into a zeroed out (the same bits); the heads' chains side by side
-  // (one head's is a latency-bound line of count + 1 FMAs).
-  template <int NV, int G = (NV <= 4 ? 4 : 2)>
+  // Heads [j0, j0 + G) of one hypothesis' mix: out + j dk = sum over c < count of p[j n + c] x
+  // rows[c] + j dk, then + p[j n + count] x last + j dk, each head's outputs one FMA chain per
+  // element in c order as axpy's into a zeroed out (the same bits); the heads' chains side by side
+  // (one head's is a latency-bound line of count + 1 FMAs). G and NV are template arguments so that
+  // the G x NV accumulators stay in registers.
+  template <int NV, int G>
   static inline void mix_heads(const float *p, int n, const float *const *rows, int count, const float *last, int j0,
-                               int g, int dk, int tail, float *out) {
+                               int dk, int tail, float *out) {
     T acc[G][NV];
     for (int j = 0; j < G; ++j)
       for (int v = 0; v < NV; ++v) acc[j][v] = V::zero();
     for (int c = 0; c <= count; ++c) {
       const float *row = c < count ? rows[c] : last;
       for (int j = 0; j < G; ++j) {
-        if (j >= g) break;
         const T av = V::set1(p[(j0 + j) * n + c]);
         const float *x = row + (j0 + j) * dk;
         for (int v = 0; v < NV - 1; ++v) acc[j][v] = V::fma(av, V::load(x + v * W), acc[j][v]);
@@ -238,7 +238,7 @@ struct Impl {
                                 acc[j][NV - 1]);
       }
     }
-    for (int j = 0; j < g; ++j) {
+    for (int j = 0; j < G; ++j) {
       float *o = out + (j0 + j) * dk;
       for (int v = 0; v < NV - 1; ++v) V::store(o + v * W, acc[j][v]);
       if (tail) {
@@ -246,6 +246,21 @@ struct Impl {
       } else {
         V::store(o + (NV - 1) * W, acc[j][NV - 1]);
       }
+    }
+  }
+
+  // Every head's mix, in groups of up to 4 heads (2 where a head's outputs are 5 to 8 vectors).
+  template <int NV>
+  static void mix_all_heads(const float *p, int n, const float *const *rows, int count, const float *last, int h,
+                            int dk, int tail, float *out) {
+    constexpr int kGroup = NV <= 4 ? 4 : 2;
+    int j0 = 0;
+    for (; j0 + kGroup <= h; j0 += kGroup) mix_heads<NV, kGroup>(p, n, rows, count, last, j0, dk, tail, out);
+    switch (h - j0) {
+      case 3: mix_heads<NV, 3>(p, n, rows, count, last, j0, dk, tail, out); break;
+      case 2: mix_heads<NV, 2>(p, n, rows, count, last, j0, dk, tail, out); break;
+      case 1: mix_heads<NV, 1>(p, n, rows, count, last, j0, dk, tail, out); break;
+      default: break;
     }
   }
 
@@ -264,27 +279,24 @@ struct Impl {
       wj[count] = dot(q + head, k_new + head, dk);
       divide(wj, n, exp_shifted(wj, n, max(wj, n), wj));  // the weights
     }
-    const int nv = (dk + W - 1) / W, tail = dk % W, group = nv <= 4 ? 4 : 2;
-    for (int j0 = 0; j0 < h; j0 += group) {
-      const int g = h - j0 < group ? h - j0 : group;
-      switch (nv) {
-        case 1: mix_heads<1>(work, n, v_rows, count, v_new, j0, g, dk, tail, out); break;
-        case 2: mix_heads<2>(work, n, v_rows, count, v_new, j0, g, dk, tail, out); break;
-        case 3: mix_heads<3>(work, n, v_rows, count, v_new, j0, g, dk, tail, out); break;
-        case 4: mix_heads<4>(work, n, v_rows, count, v_new, j0, g, dk, tail, out); break;
-        case 5: mix_heads<5>(work, n, v_rows, count, v_new, j0, g, dk, tail, out); break;
-        case 6: mix_heads<6>(work, n, v_rows, count, v_new, j0, g, dk, tail, out); break;
-        case 7: mix_heads<7>(work, n, v_rows, count, v_new, j0, g, dk, tail, out); break;
-        case 8: mix_heads<8>(work, n, v_rows, count, v_new, j0, g, dk, tail, out); break;
-        default:
-          for (int j = j0; j < j0 + g; ++j) {
-            const float *wj = work + static_cast<size_t>(j) * n;
-            float *o = out + j * dk;
-            for (int e = 0; e < dk; ++e) o[e] = 0.f;
-            for (int c = 0; c < count; ++c) axpy(wj[c], v_rows[c] + j * dk, o, dk);
-            axpy(wj[count], v_new + j * dk, o, dk);
-          }
-      }
+    const int tail = dk % W;
+    switch ((dk + W - 1) / W) {
+      case 1: mix_all_heads<1>(work, n, v_rows, count, v_new, h, dk, tail, out); break;
+      case 2: mix_all_heads<2>(work, n, v_rows, count, v_new, h, dk, tail, out); break;
+      case 3: mix_all_heads<3>(work, n, v_rows, count, v_new, h, dk, tail, out); break;
+      case 4: mix_all_heads<4>(work, n, v_rows, count, v_new, h, dk, tail, out); break;
+      case 5: mix_all_heads<5>(work, n, v_rows, count, v_new, h, dk, tail, out); break;
+      case 6: mix_all_heads<6>(work, n, v_rows, count, v_new, h, dk, tail, out); break;
+      case 7: mix_all_heads<7>(work, n, v_rows, count, v_new, h, dk, tail, out); break;
+      case 8: mix_all_heads<8>(work, n, v_rows, count, v_new, h, dk, tail, out); break;
+      default:
+        for (int j = 0; j < h; ++j) {
+          const float *wj = work + static_cast<size_t>(j) * n;
+          float *o = out + j * dk;
+          for (int e = 0; e < dk; ++e) o[e] = 0.f;
+          for (int c = 0; c < count; ++c) axpy(wj[c], v_rows[c] + j * dk, o, dk);
+          axpy(wj[count], v_new + j * dk, o, dk);
+        }
     }
   }
 
@@ -319,6 +331,29 @@ struct Impl {
     }
   }
 
+  // NB queries (rows d apart) against positions [s0, s0 + n) (n <= W) of one head's keys (dk, S):
+  // each score one FMA chain over d_k in order from 0, into out (rows S apart) + s0. NB is a
+  // template argument so that the NB accumulators stay in registers (a runtime count kept them on
+  // the stack: a store and a load in every FMA's chain).
+  template <int NB>
+  static inline void scores(const float *qb, int d, const float *kj, int S, int s0, int n, int dk, float *out) {
+    T acc[NB];
+    for (int b = 0; b < NB; ++b) acc[b] = V::zero();
+    for (int c = 0; c < dk; ++c) {
+      const float *k = kj + static_cast<size_t>(c) * S + s0;
+      const T kv = n == W ? V::load(k) : V::load_n(k, n, 0.f);
+      for (int b = 0; b < NB; ++b) acc[b] = V::fma(V::set1(qb[static_cast<size_t>(b) * d + c]), kv, acc[b]);
+    }
+    for (int b = 0; b < NB; ++b) {
+      float *full = out + static_cast<size_t>(b) * S + s0;
+      if (n == W) {
+        V::store(full, acc[b]);
+      } else {
+        V::store_n(full, acc[b], n);
+      }
+    }
+  }
+
   // nq queries of one sentence (its beams: rows of h * dk), every head, against its source. The
   // scores are register-blocked (up to 4 queries and 16 positions at once, each key vector loaded
   // once for them), each score still one FMA chain over d_k in order from 0: the bits of one query
@@ -338,22 +373,13 @@ struct Impl {
       const float *kj = keys + static_cast<size_t>(j) * dk * S, *vj = values + static_cast<size_t>(j) * S * dk;
       for (int s0 = 0; s0 < used; s0 += W) {
         const int n = used - s0 < W ? used - s0 : W;
-        for (int b0 = 0; b0 < nq; b0 += 4) {
-          const int nb = nq - b0 < 4 ? nq - b0 : 4;
-          T acc[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
-          const float *qb = q + static_cast<size_t>(b0) * d + head;
-          for (int c = 0; c < dk; ++c) {
-            const T kv = n == W ? V::load(kj + static_cast<size_t>(c) * S + s0) : V::load_n(kj + static_cast<size_t>(c) * S + s0, n, 0.f);
-            for (int b = 0; b < nb; ++b) acc[b] = V::fma(V::set1(qb[static_cast<size_t>(b) * d + c]), kv, acc[b]);
-          }
-          for (int b = 0; b < nb; ++b) {
-            float *full = work + static_cast<size_t>(b0 + b) * S + s0;
-            if (n == W) {
-              V::store(full, acc[b]);
-            } else {
-              V::store_n(full, acc[b], n);
-            }
-          }
+        int b0 = 0;
+        for (; b0 + 4 <= nq; b0 += 4) scores<4>(q + static_cast<size_t>(b0) * d + head, d, kj, S, s0, n, dk, work + static_cast<size_t>(b0) * S);
+        switch (nq - b0) {
+          case 3: scores<3>(q + static_cast<size_t>(b0) * d + head, d, kj, S, s0, n, dk, work + static_cast<size_t>(b0) * S); break;
+          case 2: scores<2>(q + static_cast<size_t>(b0) * d + head, d, kj, S, s0, n, dk, work + static_cast<size_t>(b0) * S); break;
+          case 1: scores<1>(q + static_cast<size_t>(b0) * d + head, d, kj, S, s0, n, dk, work + static_cast<size_t>(b0) * S); break;
+          default: break;
         }
       }
       for (int b = 0; b < nq; ++b) {
@@ -410,13 +436,16 @@ struct Impl {
     for (; v + W <= n_vocab; v += W)
       V::store(lp + v, V::add(V::sub(V::sub(V::load(logits + v), tv), lv), V::load(mask + v)));
     for (; v < n_vocab; ++v) lp[v] = ((logits[v] - top) - lse) + mask[v];
-    // Scan in id order; once C are held, a vector with no value above the C-th is passed over.
+    // Scan in id order; once C are held, only a vector's values above the C-th are offered (in
+    // lane order): insert would turn the others away.
     int filled = 0;
     v = 0;
     for (; v < n_vocab && filled < C; ++v) insert(lp[v], v, C, filled, values, ids);
     for (; v + W <= n_vocab; v += W) {
-      if (!V::any_above(V::load(lp + v), values[C - 1])) continue;
-      for (int j = 0; j < W; ++j) insert(lp[v + j], v + j, C, filled, values, ids);
+      for (unsigned lanes = V::above(V::load(lp + v), values[C - 1]); lanes != 0; lanes &= lanes - 1) {
+        const int j = __builtin_ctz(lanes);
+        insert(lp[v + j], v + j, C, filled, values, ids);
+      }
     }
     for (; v < n_vocab; ++v) insert(lp[v], v, C, filled, values, ids);
   }

@@ -23,7 +23,7 @@ struct V1 {
   static inline T sub(T a, T b) { return a - b; }
   static inline T mul(T a, T b) { return a * b; }
   static inline T div(T a, T b) { return a / b; }
-  static inline bool any_above(T v, float f) { return v > f; }
+  static inline unsigned above(T v, float f) { return v > f ? 1u : 0u; }
   static inline T max(T a, T b) { return a > b ? a : b; }
   static inline float hsum(T v) { return v; }
   static inline void hsums(const T *v, float *out) { out[0] = v[0]; }
