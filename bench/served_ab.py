@@ -24,6 +24,9 @@ bench/results/served-ab-*.json.
 Models on the nmtserve backend (generate, the CPU target's default) run in tritonserver's embedded
 interpreter, which honours ``PYTHONPATH``: a side with a tree or a native build gets them first on
 it, and the backend's own log line (``nmtserve.server.inprocess.LOADED_FROM``) says what it loaded.
+The backend library itself (native/triton/backend.cpp) comes with the native build: the launcher
+installs the one beside the nmtserve_native first on the server's PYTHONPATH, each side into its own
+cache, and the script checks that the server mapped that build's bytes.
 
 Why copies of the repository: the Python backend's stub ignores ``PYTHONPATH``. A server started
 with another tree on it still runs the environment's nmtserve. So each copy's ``model.py`` files
@@ -34,6 +37,7 @@ loaded (bench/RESULTS.md "Session 30").
 from __future__ import annotations
 
 import argparse
+import filecmp
 import itertools
 import os
 import shutil
@@ -100,14 +104,30 @@ def check_loaded(log: Path, tree: Path | None, native: Path | None, in_process: 
         raise SystemExit(f"the server did not load {wanted} (its log {log} says: {lines[:2]})")
 
 
+def check_backend(pid: int, native: Path | None) -> None:
+    """The nmtserve backend library the server mapped has ``native``'s bytes (the launcher installs
+    the one beside the nmtserve_native first on the server's PYTHONPATH: triton_backend_library)."""
+    if native is None:
+        return
+    from nmtserve.decoding.native import TRITON_BACKEND_LIBRARY
+
+    wanted = native / "nmtserve_triton_backend" / TRITON_BACKEND_LIBRARY
+    mapped = {line.split()[-1] for line in Path(f"/proc/{pid}/maps").read_text().splitlines()
+              if line.endswith(TRITON_BACKEND_LIBRARY)}
+    if not wanted.is_file() or len(mapped) != 1 or not filecmp.cmp(wanted, mapped.pop(), shallow=False):
+        raise SystemExit(f"the server did not map {wanted} (mapped: {sorted(mapped) or 'no nmtserve backend'})")
+
+
 class Side:
-    """One side's running server and its client calls."""
+    """One side's running server and its client calls. Each side has its own cache of backends:
+    two sides with different native builds install different nmtserve backend libraries."""
 
     def __init__(self, name: str, repository: Path, env: dict, log: Path):
         from nmtserve.server.launcher import ServerConfig, TritonServer
 
         self.name, self.log = name, log
-        self.server = TritonServer(ServerConfig.on_free_ports(repository, log_file=log, env=env))
+        self.server = TritonServer(ServerConfig.on_free_ports(repository, log_file=log, env=env,
+                                                              cache_dir=log.parent / f"cache-{name}"))
 
     def request(self, client, text: str) -> str:
         import tritonclient.grpc as grpcclient
@@ -199,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         for side, tree, native in running:
             side.server.wait_until_ready(300)
             check_loaded(side.log, tree, native, bool(side.server.in_process_models))
+            if side.server.in_process_models:
+                check_backend(side.server.pid, native)
         a, b = (side for side, _, _ in running)
         clients = {side.name: side.client() for side in (a, b)}
         for side in (a, b):  # warm-up, on sentences the passes below do not time

@@ -212,7 +212,7 @@ def test_a_full_installs_backends_are_linked_beside_nmtserves(tmp_path: Path, mo
     library.parent.mkdir()
     library.write_bytes(b"ours")
     system = dataclasses.replace(find_tritonserver(), root=root, system=True)
-    monkeypatch.setattr(install_module, "nmtserve_backend_library", lambda: library)
+    monkeypatch.setattr(install_module, "nmtserve_backend_library", lambda pythonpath="": library)
 
     backends = prepare_backend_directory(system, tmp_path / "cache")
     assert backends.is_relative_to(tmp_path / "cache") and backends != root / "backends"
@@ -223,8 +223,32 @@ def test_a_full_installs_backends_are_linked_beside_nmtserves(tmp_path: Path, mo
     assert prepare_backend_directory(system, tmp_path / "cache") == backends  # again: the same links
     assert sorted(p.name for p in backends.iterdir()) == ["nmtserve", "python", "tensorrt"]
 
-    monkeypatch.setattr(install_module, "nmtserve_backend_library", lambda: None)
+    monkeypatch.setattr(install_module, "nmtserve_backend_library", lambda pythonpath="": None)
     assert prepare_backend_directory(system, tmp_path / "cache") == root / "backends"
+
+
+def test_the_backend_library_follows_the_servers_pythonpath(tmp_path: Path, monkeypatch) -> None:
+    """A server whose PYTHONPATH puts another nmtserve_native build first imports that build in its
+    embedded interpreter: the launcher serves the backend library beside it (bench/served_ab.py's
+    sides), none where that build has none, and the installed one where PYTHONPATH has no build."""
+    from nmtserve.decoding import native
+
+    build = tmp_path / "build"
+    (build / "nmtserve_triton_backend").mkdir(parents=True)
+    (build / "nmtserve_native.cpython-311-x86_64-linux-gnu.so").write_bytes(b"module")
+    library = build / "nmtserve_triton_backend" / native.TRITON_BACKEND_LIBRARY
+    library.write_bytes(b"backend of the build")
+    elsewhere = tmp_path / "other-tree"
+    elsewhere.mkdir()
+    pythonpath = os.pathsep.join([str(elsewhere), str(build)])
+    assert native.triton_backend_library(pythonpath) == library
+    library.unlink()
+    assert native.triton_backend_library(pythonpath) is None  # that build has no backend
+    assert native.triton_backend_library(str(elsewhere)) == native.triton_backend_library()
+
+    library.write_bytes(b"backend of the build")
+    backends = prepare_backend_directory(find_tritonserver(), tmp_path / "cache", pythonpath)
+    assert (backends / "nmtserve" / native.TRITON_BACKEND_LIBRARY).read_bytes() == b"backend of the build"
 
 
 # -- failures and shutdown

@@ -38,9 +38,17 @@ ABI = 11  # the nmtserve_native.ABI this module was written for
 TRITON_BACKEND_LIBRARY = "libtriton_nmtserve.so"
 
 
-def triton_backend_library() -> Path | None:
+def triton_backend_library(pythonpath: str = "") -> Path | None:
     """``libtriton_nmtserve.so`` as nmtserve_native installed it; None where it was not built (no
-    libpython when nmtserve_native was built) or nmtserve_native is not installed."""
+    libpython when nmtserve_native was built) or nmtserve_native is not installed.
+
+    ``pythonpath``: a server's own PYTHONPATH (its ``ServerConfig.env``): the backend's embedded
+    interpreter imports nmtserve_native from there first, so the library beside that build is the
+    one that matches it (bench/served_ab.py's sides)."""
+    for folder in (Path(p) for p in pythonpath.split(os.pathsep) if p):
+        if (folder / "nmtserve_native").is_dir() or any(folder.glob("nmtserve_native*.so")):
+            path = folder / "nmtserve_triton_backend" / TRITON_BACKEND_LIBRARY
+            return path if path.is_file() else None
     spec = importlib.util.find_spec("nmtserve_native")
     if spec is None or spec.origin is None:
         return None

@@ -235,7 +235,7 @@ def _install_file(src: Path, dst: Path, mode: int) -> None:
     LOGGER.debug("installed %s -> %s", src, dst)
 
 
-def prepare_backend_directory(install: TritonInstall, cache_dir: Path | None = None) -> Path:
+def prepare_backend_directory(install: TritonInstall, cache_dir: Path | None = None, pythonpath: str = "") -> Path:
     """Create (idempotently) a Triton backend directory with the Python backend and the stub
     for the running Python, and return it (the value for ``--backend-directory``).
 
@@ -245,9 +245,11 @@ def prepare_backend_directory(install: TritonInstall, cache_dir: Path | None = N
     Nothing is written into site-packages. A full install (``install.system``) keeps its own
     backends; where nmtserve_native has nmtserve's backend and the install does not, they are
     linked beside it under ``<cache_dir>/triton-backends/system-<hash>/`` (_linked_backend_directory).
+    ``pythonpath``: the server's own PYTHONPATH, where a build of nmtserve_native there brings its
+    backend (triton_backend_library).
     """
     own = install.root / "backends"
-    library = nmtserve_backend_library()
+    library = nmtserve_backend_library(pythonpath)
     if install.system and (library is None or (own / NMTSERVE_BACKEND / NMTSERVE_BACKEND_LIBRARY).is_file()):
         return own  # a full install's own backends (tensorrt, python and its stub), as they are
 

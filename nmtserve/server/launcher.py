@@ -374,7 +374,7 @@ class TritonServer:
         leftovers.reap()  # of servers whose launcher was killed
         self._shm_prefix = leftovers.shm_prefix()
         install = self._install = self._install or find_tritonserver()
-        backend_directory = prepare_backend_directory(install, config.cache_dir)
+        backend_directory = prepare_backend_directory(install, config.cache_dir, config.env.get("PYTHONPATH", ""))
         self.in_process_models = check_backends(config.model_repository, self._models, backend_directory)
         if _python_library_dir() is None and not _system_has_libpython():
             LOGGER.warning(
