@@ -279,16 +279,18 @@ def test_concurrent_one_sentence_requests_decode_in_one_batch(demo_server, refer
     """32 clients (the export's --max-batch) send one sentence each at the same moment, over gRPC
     and HTTP: each gets its own translation, and they decode together (the steps run are about one
     sentence's length, not the sum of all: the engine metrics say so). Sharing depends on the
-    requests arriving within a few steps of each other: a round the machine stalled for (seen once
-    in a full-suite run: 259 steps where 85-112 are usual) is tried once more; an engine that does
-    not batch fails both."""
+    requests arriving within a few steps of each other, and the GIL spreads 32 client threads'
+    sends: a round the machine stalled for (seen in full-suite runs: 259 steps where 85-112 are
+    usual; with session 33's faster steps, 145 and 281 where 76-105 are usual alone) is tried
+    again, twice; sharing is under 0.6x the one-by-one steps; an engine that does not batch (about
+    the one-by-one steps, or more) fails every round."""
     import threading
     import time
 
     texts, want, _ = reference
     one_by_one = sum(len(t.split()) + 2 for t in want[:32])  # at least a step per target token, each
     rounds = []
-    for _ in range(2):
+    for _ in range(3):
         time.sleep(1.2)  # the engine reports its counters every 0.5 s
         steps_before = _metric(demo_server, "nmtserve_decode_steps_total")
         sentences_before = _metric(demo_server, "nmtserve_sentences_total")
@@ -316,7 +318,7 @@ def test_concurrent_one_sentence_requests_decode_in_one_batch(demo_server, refer
         assert requests == 32 and 0 < seconds / requests < 30  # the average queue + decode time per request
         rounds.append(f"{steps:.0f} steps in {elapsed:.2f} s (average request {seconds / requests * 1e3:.0f} ms)")
         # Summed over the decode loops (2 on a 2-core machine), each running its share of the batch.
-        if steps < one_by_one / 2:
+        if steps < 0.6 * one_by_one:
             break
     else:
         pytest.fail(f"32 concurrent sentences did not share steps (one by one: ~{one_by_one}): {'; '.join(rounds)}")
