@@ -5,6 +5,7 @@ the held-out sentences equal to the PyTorch reference decode, token for token.""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -71,6 +72,55 @@ def test_the_compiled_step_equals_the_graph_and_pytorch(tmp_path, layout):
         assert set(served) == set(graphs.STEP_OUTPUTS)
         for name in served:
             np.testing.assert_array_equal(served[name], got[name])
+
+
+# Head shapes past the tiny models' d_k 8: each kernel path of the attention (kernels_impl.h) by
+# vectors a head (AVX-512's 16 lanes, AVX2's 8): d_k 16 in 6 heads (groups of 4 + 2), d_k 40 in 5
+# (3 vectors with a tail; AVX2: 5, groups of 2 + 2 + 1), d_k 48 in 3, d_k 72 in 3 (5 vectors with a
+# tail; AVX2: 9, head by head), d_k 136 in 2 (9 vectors: head by head).
+HEAD_SHAPES = {"6x16": (96, 6), "5x40": (200, 5), "3x48": (144, 3), "3x72": (216, 3), "2x136": (272, 2)}
+
+
+def test_every_kernel_set_equals_pytorch_at_every_head_shape(tmp_path):
+    """The fp32 step on each kernel set this CPU runs (NMTSERVE_NATIVE_KERNELS forces AVX2 or the
+    scalar code on an AVX-512 machine), at head shapes that take every attention path, against
+    PyTorch's step: past and source lengths past 16 (the AVX-512 blocks), a sentence that joined
+    later, a shorter source."""
+    import subprocess
+    import sys
+
+    cases = []
+    for name, (d_model, h) in HEAD_SHAPES.items():
+        model = _model(d_model=d_model, h=h, d_ff=64)
+        path = build_cpu_decoder(model, tmp_path / f"decoder-{name}.onnx")
+        for seed, shape in enumerate([(1, 4, 6, 9), (2, 3, 20, 5), (3, 2, 17, 33)]):
+            feeds = _feeds(model, *shape, seed=seed)
+            np.savez(tmp_path / f"feeds-{name}-{seed}.npz", **feeds)
+            cases.append((name, seed, model, path, feeds))
+    script = (
+        "import sys, json, numpy as np; from types import SimpleNamespace; from nmtserve.runtime import native_step\n"
+        "for name, seed, path, spec in json.loads(sys.argv[1]):\n"
+        "    step = native_step.NativeDecoder(path, SimpleNamespace(**spec))\n"
+        f"    out = step.run_step(dict(np.load(f'{tmp_path}/feeds-{{name}}-{{seed}}.npz')), {ALL!r})\n"
+        "    np.savez(f'{sys.argv[2]}-{name}-{seed}.npz', **out)\n"
+        "print(step.kernels)\n")
+    jobs = json.dumps([(name, seed, str(path), vars(_spec(model))) for name, seed, model, path, _ in cases])
+    ran = set()
+    for forced in ("", "avx2", "scalar"):
+        prefix = str(tmp_path / f"out-{forced or 'chosen'}")
+        done = subprocess.run([sys.executable, "-c", script, jobs, prefix], env={**os.environ, "NMTSERVE_NATIVE_KERNELS": forced},
+                              capture_output=True, text=True, check=True)
+        ran.add(done.stdout.strip().split()[0])
+        for name, seed, model, _, feeds in cases:
+            got = dict(np.load(f"{prefix}-{name}-{seed}.npz"))
+            log_probs, new_key, new_value = _torch_step(model, feeds)
+            real = np.isfinite(log_probs)
+            what = f"{done.stdout.strip()}, heads {name}, case {seed}"
+            np.testing.assert_array_equal(np.isfinite(got["log_probs"]), real, err_msg=what)
+            np.testing.assert_allclose(got["log_probs"][real], log_probs[real], atol=5e-5, rtol=0, err_msg=what)
+            np.testing.assert_allclose(got["new_key"], new_key, atol=3e-5, rtol=0, err_msg=what)
+            np.testing.assert_allclose(got["new_value"], new_value, atol=3e-5, rtol=0, err_msg=what)
+    assert "scalar" in ran, ran
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int8"])

@@ -1,5 +1,7 @@
 // kernels_impl.h in portable scalar code (any CPU; std::fma rounds as the vector FMAs do).
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels_impl.h"
 
@@ -38,8 +40,13 @@ Kernels kernels_scalar() { return Impl<V1>::table("scalar"); }
 const Kernels &kernels() {
   static const Kernels chosen = [] {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")) return kernels_avx512();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return kernels_avx2();
+    const char *forced = std::getenv("NMTSERVE_NATIVE_KERNELS");  // tests: every kernel set on one CPU
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (forced && std::strcmp(forced, "scalar") == 0) return kernels_scalar();
+    if (forced && std::strcmp(forced, "avx2") == 0 && avx2) return kernels_avx2();
+    if (avx512) return kernels_avx512();
+    if (avx2) return kernels_avx2();
     return kernels_scalar();
   }();
   return chosen;
