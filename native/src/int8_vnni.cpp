@@ -11,6 +11,13 @@ namespace {
 
 constexpr int kLanes = 16, kPanel = 4 * kLanes;
 
+// acc + the dot products of a's unsigned and b's signed bytes, in place: GCC 12 copies each
+// accumulator of _mm512_dpbusd_epi32 to a temporary register and back (two moves a vpdpbusd).
+inline __m512i dpbusd(__m512i acc, __m512i a, __m512i b) {
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "vm"(b));
+  return acc;
+}
+
 template <int R>
 inline void block(const uint8_t *a, const float *row_scale, int quads, const int8_t *panel, const int32_t *colsum128,
                   const float *col_scale, int N, const float *bias, float *y, int m, int n0) {
@@ -26,7 +33,7 @@ inline void block(const uint8_t *a, const float *row_scale, int quads, const int
       int32_t four;
       __builtin_memcpy(&four, a + (m + r) * stride + 4 * q, 4);
       const __m512i ab = _mm512_set1_epi32(four);
-      for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], ab, wv[c]);
+      for (int c = 0; c < 4; ++c) acc[r][c] = dpbusd(acc[r][c], ab, wv[c]);
     }
   }
   for (int c = 0; c < 4; ++c) {
