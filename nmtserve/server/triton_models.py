@@ -53,15 +53,14 @@ from .step_runtimes import step_runtime
 log = logging.getLogger("nmtserve.server")
 pb_utils = stub.pb_utils  # None outside a Triton Python-backend stub
 
-def _search_options(get: Callable[[str], np.ndarray | None], spec, max_beam: int,
-                    known: dict | None = None) -> SearchOptions:
+def _search_options(get: Callable[[str], np.ndarray | None], spec, max_beam: int, known: dict) -> SearchOptions:
     """The request's optional decoding inputs (``get(name)`` -> array or None), validated
     (InputError names a bad one). ``known``: options already parsed, by the inputs that gave them
     (SearchOptions is frozen: requests share them). Most requests send the same few (or none),
     and building and checking the options took ~60 us of a lone request's ~0.3 ms of execute,
     its code cold after the decoder's steps (bench/RESULTS.md "Session 33")."""
     inputs = {name: get(name) for name in c.OPTION_INPUTS}
-    if known is None or any(a is not None and a.dtype.kind == "O" for a in inputs.values()):
+    if any(a is not None and a.dtype.kind == "O" for a in inputs.values()):  # no bytes to key on
         return parse_search_options(inputs, spec, max_beam)
     key = tuple((name, a.dtype.str, a.shape, a.tobytes()) for name, a in inputs.items() if a is not None)
     options = known.get(key)
